@@ -1,0 +1,35 @@
+"""mha_lib: the code of the interactive book on multi-head attention.
+
+Layers, lowest first (a layer imports only from the ones above it in this list):
+
+* :mod:`mha_lib.masking`   valid lengths, mask conventions, ``masked_softmax``
+* :mod:`mha_lib.attention` ``DotProductAttention``
+* :mod:`mha_lib.heads`     ``transpose_qkv`` / ``transpose_output``
+* :mod:`mha_lib.multihead` ``MultiHeadAttention``
+* upper layers (``viz``, ``variants``, ``bench``, ``importance``, ...) build on these.
+"""
+
+from mha_lib.attention import DotProductAttention
+from mha_lib.heads import transpose_output, transpose_qkv
+from mha_lib.masking import (
+    check_valid_lens,
+    keep_mask_from_valid_lens,
+    keep_to_padding,
+    masked_softmax,
+    padding_mask_from_valid_lens,
+    padding_to_keep,
+)
+from mha_lib.multihead import MultiHeadAttention
+
+__all__ = [
+    "DotProductAttention",
+    "MultiHeadAttention",
+    "check_valid_lens",
+    "keep_mask_from_valid_lens",
+    "keep_to_padding",
+    "masked_softmax",
+    "padding_mask_from_valid_lens",
+    "padding_to_keep",
+    "transpose_output",
+    "transpose_qkv",
+]

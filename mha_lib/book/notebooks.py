@@ -1,0 +1,111 @@
+"""Execute chapters and keep only the small text outputs that nbval should compare.
+
+Usage::
+
+    python -m mha_lib.book.notebooks chapters/03_implementation.ipynb ...   # run and clean
+    python -m mha_lib.book.notebooks --check chapters/*.ipynb               # only check
+
+A cell keeps its outputs when every output is a stream or plain text, the cell is not tagged
+``remove-output`` and has no ``NBVAL_IGNORE_OUTPUT`` marker, and the text is short. Any other
+cell (a plotly figure, a widget, a timing) is stored unexecuted (``execution_count: null``),
+which nbval reads as "run it, but do not compare its outputs". The website build executes
+every notebook afresh, so nothing is lost there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+MAX_TEXT_CHARS = 3000
+MAX_NOTEBOOK_BYTES = 200_000
+TEXT_DATA = {"text/plain"}
+
+
+def _text_only(output: dict) -> bool:
+    if output["output_type"] == "stream":
+        return True
+    if output["output_type"] in ("execute_result", "display_data"):
+        return set(output.get("data", {})) <= TEXT_DATA
+    return False  # errors never belong in a committed notebook
+
+
+def _output_chars(output: dict) -> int:
+    if output["output_type"] == "stream":
+        text = output.get("text", "")
+    else:
+        text = output.get("data", {}).get("text/plain", "")
+    return len("".join(text) if isinstance(text, list) else text)
+
+
+def keeps_outputs(cell) -> bool:
+    """Whether a code cell's outputs are small text worth storing and comparing."""
+    tags = cell.get("metadata", {}).get("tags", [])
+    source = cell.get("source", "")
+    if "remove-output" in tags or "NBVAL_IGNORE_OUTPUT" in source or "nbval-ignore-output" in tags:
+        return False
+    outputs = cell.get("outputs", [])
+    return all(_text_only(o) for o in outputs) and sum(map(_output_chars, outputs)) <= MAX_TEXT_CHARS
+
+
+def clean(nb) -> None:
+    """Strip bulky outputs and volatile metadata from a notebook, in place."""
+    nb.metadata.pop("widgets", None)
+    nb.metadata.get("kernelspec", {}).update(name="python3", display_name="Python 3")
+    for cell in nb.cells:
+        cell.get("metadata", {}).pop("execution", None)
+        if cell.cell_type != "code":
+            continue
+        if not keeps_outputs(cell):
+            cell.outputs = []
+            cell.execution_count = None
+
+
+def problems(path: Path) -> list[str]:
+    """What is wrong with a committed notebook (empty when it is clean)."""
+    import nbformat
+
+    found = []
+    size = path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        found.append(f"{path} is {size} bytes (limit {MAX_NOTEBOOK_BYTES})")
+    nb = nbformat.read(path, as_version=4)
+    if "widgets" in nb.metadata:
+        found.append(f"{path} stores widget state")
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and cell.outputs and not keeps_outputs(cell):
+            found.append(f"{path} cell {i} stores outputs that are not small text")
+    return found
+
+
+def run(path: Path, timeout: int = 600) -> None:
+    """Execute a notebook top to bottom in a fresh kernel (in its folder), clean it, save it."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    clean(nb)
+    nbformat.write(nb, path)
+    print(f"{path}: executed and cleaned, {path.stat().st_size} bytes")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("--check", action="store_true", help="only report problems")
+    args = parser.parse_args(argv)
+    if args.check:
+        found = [p for path in args.notebooks for p in problems(path)]
+        print("\n".join(found) or f"{len(args.notebooks)} notebooks are clean")
+        return 1 if found else 0
+    for path in args.notebooks:
+        run(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

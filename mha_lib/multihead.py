@@ -1,0 +1,195 @@
+"""Multi-head attention: H scaled dot-product attentions on learned projections, concatenated.
+
+Shape legend
+    B   batch size
+    H   number of heads
+    Lq  number of queries
+    Lk  number of key-value pairs
+    d   head size, D / H
+    D   num_hiddens, the width of the projections and of the output
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mha_lib._checks import check_positive_int, check_probability
+from mha_lib.attention import DotProductAttention, check_qkv
+from mha_lib.heads import transpose_output, transpose_qkv
+from mha_lib.masking import check_valid_lens, keep_mask_from_valid_lens
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with the d2l.ai chapter's signature (PyTorch edition).
+
+    Each head ``h`` attends with its own slice of the projections ``W_q``, ``W_k``, ``W_v``;
+    the H head outputs are concatenated and mixed by ``W_o``.
+
+    Shapes:
+        queries: (B, Lq, query_size)
+        keys: (B, Lk, key_size)
+        values: (B, Lk, value_size)
+        valid_lens: None, (B,) or (B, Lq)
+        head_mask: None, (H,) or (B, H)
+        output: (B, Lq, D); weights: (B, H, Lq, Lk)
+
+    Args:
+        key_size: feature size of the keys.
+        query_size: feature size of the queries.
+        value_size: feature size of the values.
+        num_hiddens: D, the projection width; must be divisible by ``num_heads``.
+        num_heads: H.
+        dropout: dropout rate on the attention weights, in [0, 1).
+        bias: whether the four projections have a bias.
+    """
+
+    def __init__(
+        self,
+        key_size: int,
+        query_size: int,
+        value_size: int,
+        num_hiddens: int,
+        num_heads: int,
+        dropout: float,
+        bias: bool = False,
+    ) -> None:
+        super().__init__()
+        sizes = {"key_size": key_size, "query_size": query_size, "value_size": value_size}
+        for name, size in sizes.items():
+            check_positive_int(size, name)
+        check_positive_int(num_hiddens, "num_hiddens")
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        if num_hiddens % num_heads:
+            raise ValueError(
+                f"num_hiddens ({num_hiddens}) must be divisible by num_heads ({num_heads})"
+            )
+        self.attention = DotProductAttention(check_probability(dropout, "dropout"))
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=bias)
+        self.W_v = nn.Linear(value_size, num_hiddens, bias=bias)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+
+    @property
+    def num_hiddens(self) -> int:
+        """D, the width of the projections."""
+        return self.W_o.out_features
+
+    @property
+    def head_size(self) -> int:
+        """d = D / H."""
+        return self.num_hiddens // self.num_heads
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | Sequence[float] | None = None,
+        *,
+        need_weights: bool = False,
+        head_mask: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend from every query to the valid keys, in every head.
+
+        Args:
+            queries, keys, values: see the shape legend.
+            valid_lens: how many key-value pairs each example (B,) or query (B, Lq) may use.
+            need_weights: also return the per-head attention weights. Without it the fast path
+                (PyTorch's fused ``scaled_dot_product_attention``) computes the same output.
+            head_mask: gates that multiply each head's output before ``W_o``; 1 keeps a head,
+                0 removes it.
+
+        Returns:
+            output (B, Lq, D), or ``(output, weights)`` with weights (B, H, Lq, Lk).
+        """
+        self._check_inputs(queries, keys, values)
+        B, Lq, _ = queries.shape
+        Lk = keys.shape[1]
+        valid_lens = check_valid_lens(valid_lens, B, Lq, Lk)
+        gates = self._check_head_mask(head_mask, B, queries)
+        if valid_lens is not None:
+            valid_lens = valid_lens.to(queries.device)
+        if need_weights:
+            return self._forward_clear(queries, keys, values, valid_lens, gates)
+        return self._forward_fast(queries, keys, values, valid_lens, gates)
+
+    def _forward_clear(self, queries, keys, values, valid_lens, gates):
+        """The d2l.ai path: fold heads into the batch, attend, unfold, project."""
+        H = self.num_heads
+        queries = transpose_qkv(self.W_q(queries), H)  # (B, Lq, D) -> (B*H, Lq, d)
+        keys = transpose_qkv(self.W_k(keys), H)  # (B, Lk, D) -> (B*H, Lk, d)
+        values = transpose_qkv(self.W_v(values), H)  # (B, Lk, D) -> (B*H, Lk, d)
+        if valid_lens is not None:
+            # Row b*H + h of the folded batch is head h of example b: repeat each example's
+            # lengths H times in a row, (B,) -> (B*H,) or (B, Lq) -> (B*H, Lq).
+            valid_lens = valid_lens.repeat_interleave(H, dim=0)
+        output, weights = self.attention(queries, keys, values, valid_lens, need_weights=True)
+        # output: (B*H, Lq, d); weights: (B*H, Lq, Lk)
+        if gates is not None:
+            output = output * gates.reshape(-1, 1, 1)  # (B, H) -> (B*H, 1, 1)
+        output = self.W_o(transpose_output(output, H))  # (B*H, Lq, d) -> (B, Lq, D)
+        B, Lq, Lk = queries.shape[0] // H, queries.shape[1], keys.shape[1]
+        return output, weights.reshape(B, H, Lq, Lk)  # (B*H, Lq, Lk) -> (B, H, Lq, Lk)
+
+    def _forward_fast(self, queries, keys, values, valid_lens, gates):
+        """Same output through the fused ``F.scaled_dot_product_attention``."""
+        B, Lq, _ = queries.shape
+        Lk, H, d = keys.shape[1], self.num_heads, self.head_size
+        q = self.W_q(queries).view(B, Lq, H, d).transpose(1, 2)  # (B, Lq, D) -> (B, H, Lq, d)
+        k = self.W_k(keys).view(B, Lk, H, d).transpose(1, 2)  # (B, Lk, D) -> (B, H, Lk, d)
+        v = self.W_v(values).view(B, Lk, H, d).transpose(1, 2)  # (B, Lk, D) -> (B, H, Lk, d)
+        keep = empty = None
+        if valid_lens is not None:
+            keep = keep_mask_from_valid_lens(valid_lens, Lq, Lk)[:, None]  # (B, 1, Lq, Lk)
+            empty = valid_lens == 0  # (B,) or (B, Lq)
+            if empty.dim() == 1:
+                empty = empty[:, None].expand(B, Lq)  # (B,) -> (B, Lq)
+            empty = empty[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
+            if empty.any():
+                # SDPA turns a row with nothing to keep into NaN: let it attend anywhere,
+                # then zero its output, as the clear path does.
+                keep = keep | empty
+            else:
+                empty = None
+        dropout_p = self.attention.dropout.p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p)
+        # out: (B, H, Lq, d)
+        if empty is not None:
+            out = out.masked_fill(empty, 0.0)
+        if gates is not None:
+            out = out * gates[:, :, None, None]  # (B, H) -> (B, H, 1, 1)
+        out = out.transpose(1, 2).reshape(B, Lq, H * d)  # (B, H, Lq, d) -> (B, Lq, D)
+        return self.W_o(out)
+
+    def _check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
+        check_qkv(queries, keys, values)
+        expected = (
+            ("queries", queries, self.W_q.in_features, "query_size"),
+            ("keys", keys, self.W_k.in_features, "key_size"),
+            ("values", values, self.W_v.in_features, "value_size"),
+        )
+        for name, x, size, setting in expected:
+            if x.shape[-1] != size:
+                raise ValueError(
+                    f"{name} must have feature size {setting} = {size}, "
+                    f"got {x.shape[-1]} (shape {tuple(x.shape)})"
+                )
+
+    def _check_head_mask(self, head_mask: Tensor | None, batch_size: int, like: Tensor):
+        """Return the gates as a (B, H) tensor, or None."""
+        if head_mask is None:
+            return None
+        H = self.num_heads
+        head_mask = torch.as_tensor(head_mask, dtype=like.dtype, device=like.device)
+        if head_mask.shape == (H,):
+            return head_mask.expand(batch_size, H)
+        if head_mask.shape == (batch_size, H):
+            return head_mask
+        raise ValueError(
+            f"head_mask must have shape (H,) = ({H},) or (B, H) = ({batch_size}, {H}), "
+            f"got {tuple(head_mask.shape)}"
+        )
