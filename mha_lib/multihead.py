@@ -75,8 +75,8 @@ class MultiHeadAttention(nn.Module):
 
     @property
     def num_hiddens(self) -> int:
-        """D, the width of the projections."""
-        return self.W_o.out_features
+        """H*d, the width of the query/key/value projections (D, unless heads were pruned)."""
+        return self.W_q.out_features
 
     @property
     def head_size(self) -> int:
