@@ -1,0 +1,76 @@
+"""Where each heatmap goes: a grid of (example, head) panels with explicit axis domains.
+
+The figure does not use ``make_subplots``. Every panel ("slot") owns a numbered x/y axis pair
+whose domain is computed here, so the same figure can show a different number of heads later
+(the live explorer hides the unused slots and moves the others, in place, instead of building
+a new figure).
+
+Shape legend
+    B   number of examples
+    H   number of heads shown
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+PANEL_PX = 170  # height of one panel's plotting area, in pixels
+TITLE_PX = 24  # room above each panel for its "head h" title
+AXIS_PX = 52  # room below each panel for its tick labels and "key" axis title
+ROW_PX = TITLE_PX + PANEL_PX + AXIS_PX
+MARGIN_TOP_PX = 60
+MARGIN_BOTTOM_PX = 10
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One heatmap's place: which example and head it shows, and its axis domains."""
+
+    example: int
+    head: int
+    x_domain: tuple[float, float]
+    y_domain: tuple[float, float]
+
+
+def axis_names(slot: int) -> tuple[str, str]:
+    """Trace-side axis ids of a slot: ``("x", "y")`` for slot 0, ``("x2", "y2")`` for slot 1..."""
+    suffix = "" if slot == 0 else str(slot + 1)
+    return "x" + suffix, "y" + suffix
+
+
+def grid_shape(num_heads: int, max_cols: int) -> tuple[int, int]:
+    """(rows per example, columns): the heads of one example wrap after ``max_cols`` panels."""
+    cols = min(num_heads, max_cols)
+    return math.ceil(num_heads / cols), cols
+
+
+def panels(num_examples: int, num_heads: int, max_cols: int) -> list[Panel]:
+    """The panels of a B x H grid, example-major (panel ``b*H + h`` is head ``h`` of example ``b``).
+
+    Examples are stacked top to bottom; the heads of one example run left to right and wrap
+    onto further rows after ``max_cols`` columns.
+    """
+    rows_per_example, cols = grid_shape(num_heads, max_cols)
+    rows = num_examples * rows_per_example
+    total_px = rows * ROW_PX
+    x_gap = 0.06 if cols > 1 else 0.0
+    width = (1 - x_gap * (cols - 1)) / cols
+    out = []
+    for b in range(num_examples):
+        for h in range(num_heads):
+            row = b * rows_per_example + h // cols
+            col = h % cols
+            x0 = col * (width + x_gap)
+            top = 1 - (row * ROW_PX + TITLE_PX) / total_px
+            bottom = 1 - ((row + 1) * ROW_PX - AXIS_PX) / total_px
+            out.append(Panel(b, h, (round(x0, 6), round(x0 + width, 6)),
+                             (round(max(bottom, 0.0), 6), round(top, 6))))
+    return out
+
+
+def figure_height(num_examples: int, num_heads: int, max_cols: int) -> int:
+    """Pixel height of the figure that holds the B x H panels."""
+    rows_per_example, _ = grid_shape(num_heads, max_cols)
+    rows = num_examples * rows_per_example
+    return rows * ROW_PX + MARGIN_TOP_PX + MARGIN_BOTTOM_PX
