@@ -33,3 +33,18 @@ __all__ = [
     "transpose_output",
     "transpose_qkv",
 ]
+
+# Mask helpers for boolean masks of any layout (used by mha_lib.variants).
+from mha_lib.masking import (  # noqa: E402
+    causal_valid_lens,
+    check_attention_mask,
+    masked_softmax_keep,
+    valid_lens_from_keep_mask,
+)
+
+__all__ += [
+    "causal_valid_lens",
+    "check_attention_mask",
+    "masked_softmax_keep",
+    "valid_lens_from_keep_mask",
+]

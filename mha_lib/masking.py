@@ -156,3 +156,121 @@ def masked_softmax(X: Tensor, valid_lens: Tensor | Sequence[float] | None = None
     if (valid_lens == 0).any():
         weights = weights * keep  # rows with valid length 0 -> all zeros
     return weights
+
+
+# --- Boolean masks of any layout (used by mha_lib.variants) -------------------------------------
+
+from mha_lib._checks import check_positive_int  # noqa: E402  (appended section)
+
+
+def check_attention_mask(
+    mask: object, batch_size: int, num_queries: int, num_keys: int, name: str = "mask"
+) -> Tensor:
+    """Validate a boolean attention mask and broadcast it to (B, Lq, Lk).
+
+    The convention (keep or padding) is the caller's: this only checks type and shape. Integer
+    masks holding only 0 and 1 (as in the JAX tutorials) are accepted and read as booleans.
+
+    Shapes:
+        mask: anything broadcastable to (B, Lq, Lk), e.g. (B, 1, Lk), (Lq, Lk) or (B, Lq, Lk).
+        returns: (B, Lq, Lk) bool (an expanded view, no copy).
+
+    Args:
+        mask: the mask to check.
+        batch_size: B.
+        num_queries: Lq.
+        num_keys: Lk.
+        name: the argument's name in error messages.
+
+    Raises:
+        ValueError: not a tensor, not boolean (or 0/1 integers), or not broadcastable.
+    """
+    if not isinstance(mask, Tensor):
+        raise ValueError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        if mask.is_floating_point() or mask.is_complex() or not ((mask == 0) | (mask == 1)).all():
+            raise ValueError(
+                f"{name} must be boolean (or integers 0/1), got dtype {mask.dtype}"
+            )
+        mask = mask != 0
+    target = (batch_size, num_queries, num_keys)
+    try:
+        fits = mask.dim() <= 3 and torch.broadcast_shapes(mask.shape, target) == target
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{name} must be broadcastable to (B, Lq, Lk) = {target}, got shape {tuple(mask.shape)}"
+        )
+    return mask.expand(target)
+
+
+def masked_softmax_keep(X: Tensor, keep: Tensor) -> Tensor:
+    """Softmax over the last axis that only looks at the entries where ``keep`` is True.
+
+    The general form of :func:`masked_softmax` for a boolean mask that need not come from
+    valid lengths (any layout: the heads may sit on any leading axis). Masked entries come out
+    exactly 0, and a row with nothing to keep comes out all zeros, never NaN.
+
+    Shapes:
+        X: (..., Lk) scores, e.g. (B, H, Lq, Lk) or (H, B, Lq, Lk).
+        keep: bool, broadcastable to X's shape, e.g. (B, 1, Lq, Lk); True = may attend.
+        returns: X's shape.
+
+    Raises:
+        ValueError: X not a floating-point tensor, keep not boolean or not broadcastable to X.
+    """
+    if not isinstance(X, Tensor) or not X.is_floating_point():
+        raise ValueError(f"X must be a floating-point tensor, got {getattr(X, 'dtype', type(X))}")
+    if not isinstance(keep, Tensor) or keep.dtype != torch.bool:
+        raise ValueError(f"keep must be a boolean tensor, got {getattr(keep, 'dtype', type(keep))}")
+    try:
+        fits = torch.broadcast_shapes(keep.shape, X.shape) == X.shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"keep must be broadcastable to the scores' shape {tuple(X.shape)}, "
+            f"got {tuple(keep.shape)}"
+        )
+    # Finite fill, then zero the masked entries: an all-masked row is uniform inside the
+    # softmax and all zeros after the product, where -inf would have made it NaN.
+    lowest = torch.finfo(X.dtype).min
+    return torch.softmax(X.masked_fill(~keep, lowest), dim=-1) * keep
+
+
+def valid_lens_from_keep_mask(keep: Tensor) -> Tensor:
+    """Per-query valid lengths from a keep mask, the inverse of :func:`keep_mask_from_valid_lens`.
+
+    Only a mask whose every row is a prefix (True ... True False ... False) is a set of valid
+    lengths; any other mask (say, one that hides a key in the middle) raises.
+
+    Shapes:
+        keep: (B, Lq, Lk) bool, True = may attend.
+        returns: (B, Lq) long.
+
+    Raises:
+        ValueError: keep not a 3-D boolean tensor, or a row that is not a prefix.
+    """
+    if not isinstance(keep, Tensor) or keep.dtype != torch.bool or keep.dim() != 3:
+        raise ValueError(
+            "keep must be a boolean tensor of shape (B, Lq, Lk), got "
+            f"{getattr(keep, 'dtype', type(keep))} of shape {tuple(getattr(keep, 'shape', ()))}"
+        )
+    valid_lens = keep.sum(dim=-1)  # (B, Lq, Lk) -> (B, Lq)
+    if not torch.equal(keep_mask_from_valid_lens(valid_lens, keep.shape[1], keep.shape[2]), keep):
+        raise ValueError(
+            "keep is not a valid-length mask: some row is not of the form True...True False...False"
+        )
+    return valid_lens
+
+
+def causal_valid_lens(batch_size: int, num_queries: int) -> Tensor:
+    """Valid lengths of a causal mask: query ``i`` may attend to keys ``0 .. i``.
+
+    Returns:
+        (B, Lq) long, ``valid_lens[b, i] = i + 1``.
+    """
+    B = check_positive_int(batch_size, "batch_size")
+    Lq = check_positive_int(num_queries, "num_queries")
+    return torch.arange(1, Lq + 1).expand(B, Lq)  # (Lq,) -> (B, Lq)
