@@ -1,0 +1,48 @@
+# Quick start: `make book` (build the website into _build/html) and `make test` (everything).
+SHELL := /bin/bash
+PY := .venv/bin/python
+JB := .venv/bin/jupyter-book
+STAMP := .venv/.installed
+BUILD := _build/html
+CHAPTERS := $(wildcard chapters/*.ipynb)
+
+.PHONY: help venv chromium book book-strict test unit nbval browser student clean
+
+help:
+	@echo "make book     build the website into $(BUILD) (creates .venv and installs first)"
+	@echo "make test     unit tests, nbval on every chapter, -W book build, browser tests"
+	@echo "make student  write the student edition of the notebooks into student/"
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+venv: $(STAMP)
+
+# Debian's Chromium for the browser tests: installed when missing and we are root.
+chromium:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	else echo "Chromium is missing: run 'sudo apt-get install -y chromium' for the browser tests."; fi
+
+# Every notebook executed; warnings are errors.
+book: venv
+	$(JB) clean . >/dev/null
+	$(JB) build . --warningiserror --nitpick --keep-going
+
+test: unit nbval book browser
+
+unit: venv
+	$(PY) -m pytest tests -m "not browser" -q
+
+nbval: venv
+	$(PY) -m pytest --nbval $(CHAPTERS) --nbval-current-env \
+	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly -q
+
+browser: venv chromium
+	$(PY) -m pytest tests/browser -m browser -q
+
+clean:
+	rm -rf _build student .pytest_cache .hypothesis
