@@ -1,0 +1,412 @@
+"""The exercise checkers: the reference passes, and each classic mistake is caught and named.
+
+The wrong implementations below are written by hand, the way a student would write them
+(they do not reuse the mistake models of mha_lib.exercises), so a test passes only if the
+checker recognises a mistake from its numbers alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import mha_lib
+from mha_lib import exercises
+from mha_lib.exercises import (
+    MISTAKES,
+    check_dot_product_attention,
+    check_masked_softmax,
+    check_multihead_attention,
+    check_num_parameters,
+    check_transpose_output,
+    check_transpose_qkv,
+)
+
+
+# ---------------------------------------------------------------- hand-written student code
+
+
+def student_masked_softmax(X, valid_lens, bugs=()):
+    """A from-scratch masked softmax (d2l style, on a copy), with optional bugs."""
+    dim = 1 if "wrong_axis" in bugs else -1
+    if valid_lens is None or "no_mask" in bugs:
+        return torch.softmax(X, dim=dim)
+    B, Lq, Lk = X.shape
+    if valid_lens.dim() == 1:
+        valid_lens = valid_lens.repeat_interleave(Lq)  # (B,) -> (B*Lq,)
+    else:
+        valid_lens = valid_lens.reshape(-1)  # (B, Lq) -> (B*Lq,)
+    positions = torch.arange(Lk)[None, :]  # (1, Lk)
+    if "off_by_one" in bugs:
+        keep = positions <= valid_lens[:, None]  # (B*Lq, Lk)
+    else:
+        keep = positions < valid_lens[:, None]  # (B*Lq, Lk)
+    keep = keep.reshape(B, Lq, Lk)  # (B*Lq, Lk) -> (B, Lq, Lk)
+    fill = -math.inf if "nan" in bugs else -1e9
+    weights = torch.softmax(X.masked_fill(~keep, fill), dim=dim)
+    return weights if "nan" in bugs else weights * keep
+
+
+def student_transpose_qkv(X, num_heads, bugs=()):
+    B, L, D = X.shape
+    if "no_permute" in bugs:
+        return X.reshape(B * num_heads, L, D // num_heads)
+    X = X.reshape(B, L, num_heads, D // num_heads)  # (B, L, D) -> (B, L, H, d)
+    if "head_major" in bugs:
+        X = X.permute(2, 0, 1, 3)  # (B, L, H, d) -> (H, B, L, d)
+    else:
+        X = X.permute(0, 2, 1, 3)  # (B, L, H, d) -> (B, H, L, d)
+    return X.reshape(-1, L, D // num_heads)  # -> (B*H, L, d)
+
+
+def student_transpose_output(X, num_heads, bugs=()):
+    BH, L, d = X.shape
+    if "no_permute" in bugs:
+        return X.reshape(BH // num_heads, L, num_heads * d)
+    if "head_major" in bugs:
+        X = X.reshape(num_heads, BH // num_heads, L, d).permute(1, 2, 0, 3)  # -> (B, L, H, d)
+    else:
+        X = X.reshape(BH // num_heads, num_heads, L, d).permute(0, 2, 1, 3)  # -> (B, L, H, d)
+    return X.reshape(BH // num_heads, L, num_heads * d)  # (B, L, H, d) -> (B, L, D)
+
+
+def student_attention(q, k, v, valid_lens, bugs=()):
+    scores = torch.bmm(q, k.transpose(1, 2))  # (B, Lq, Lk)
+    if "no_scaling" not in bugs:
+        scores = scores / math.sqrt(q.shape[-1])
+    return torch.bmm(student_masked_softmax(scores, valid_lens, bugs), v)
+
+
+def make_mha(*bugs):
+    """A student's MultiHeadAttention class with the given bugs."""
+
+    class StudentMHA(nn.Module):
+        def __init__(self, key_size, query_size, value_size, num_hiddens, num_heads, dropout,
+                     bias=False):
+            super().__init__()
+            self.num_heads = num_heads
+            self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
+            self.W_k = nn.Linear(key_size, num_hiddens, bias=bias)
+            self.W_v = nn.Linear(value_size, num_hiddens, bias=bias)
+            self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+
+        def forward(self, queries, keys, values, valid_lens):
+            H = self.num_heads
+            q = student_transpose_qkv(self.W_q(queries), H, bugs)
+            k = student_transpose_qkv(self.W_k(keys), H, bugs)
+            v = student_transpose_qkv(self.W_v(values), H, bugs)
+            if valid_lens is not None:
+                if "repeat" in bugs:
+                    valid_lens = valid_lens.repeat(H, *[1] * (valid_lens.dim() - 1))
+                else:
+                    valid_lens = valid_lens.repeat_interleave(H, dim=0)
+            out = student_transpose_output(student_attention(q, k, v, valid_lens, bugs), H, bugs)
+            return out if "no_W_o" in bugs else self.W_o(out)
+
+    return StudentMHA
+
+
+def run(checker, candidate, capsys):
+    ok = checker(candidate)
+    return ok, capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- the reference passes
+
+REFERENCES = [
+    (check_masked_softmax, mha_lib.masked_softmax),
+    (check_masked_softmax, student_masked_softmax),
+    (check_dot_product_attention, lambda q, k, v, lens: mha_lib.DotProductAttention(0.0)(q, k, v, lens)),
+    (check_dot_product_attention, student_attention),
+    (check_transpose_qkv, mha_lib.transpose_qkv),
+    (check_transpose_qkv, student_transpose_qkv),
+    (check_transpose_output, mha_lib.transpose_output),
+    (check_transpose_output, student_transpose_output),
+    (check_multihead_attention, mha_lib.MultiHeadAttention),
+    (check_multihead_attention, make_mha()),
+    (check_num_parameters, lambda q, k, v, D, H, bias: (q + k + v + D) * D + 4 * D * bias),
+]
+
+
+@pytest.mark.parametrize("checker, candidate", REFERENCES)
+def test_reference_passes(checker, candidate, capsys):
+    ok, out = run(checker, candidate, capsys)
+    assert ok is True
+    assert "cases pass" in out and "not yet right" not in out
+
+
+# ---------------------------------------------------------------- each mistake is named
+
+SOFTMAX_MISTAKES = [
+    ("no_mask", "no masking"),
+    ("off_by_one", "mask off by one"),
+    ("wrong_axis", "softmax over the wrong axis"),
+    ("nan", "NaN on a row with valid length 0"),
+]
+
+
+TRANSPOSE_MISTAKES = [
+    ("no_permute", "reshape without the permute"),
+    ("head_major", "head-major"),
+]
+MHA_MISTAKES = SOFTMAX_MISTAKES + [
+    ("no_scaling", "missing 1/sqrt(d) scaling"),
+    ("repeat", "repeat instead of repeat_interleave"),
+    ("no_permute", "reshape without the permute"),
+    ("no_W_o", "forgot the output projection W_o"),
+]
+
+
+def _with_bug(function, bug):
+    return lambda *args: function(*args, (bug,))
+
+
+WRONG = (
+    [(check_masked_softmax, _with_bug(student_masked_softmax, bug), phrase)
+     for bug, phrase in SOFTMAX_MISTAKES]
+    + [(check_dot_product_attention, _with_bug(student_attention, bug), phrase)
+       for bug, phrase in SOFTMAX_MISTAKES + [("no_scaling", "missing 1/sqrt(d) scaling")]]
+    + [(check_transpose_qkv, _with_bug(student_transpose_qkv, bug), phrase)
+       for bug, phrase in TRANSPOSE_MISTAKES]
+    + [(check_transpose_output, _with_bug(student_transpose_output, bug), phrase)
+       for bug, phrase in TRANSPOSE_MISTAKES]
+    + [(check_multihead_attention, make_mha(bug), phrase) for bug, phrase in MHA_MISTAKES]
+)
+
+
+@pytest.mark.parametrize("checker, candidate, phrase", WRONG,
+                         ids=[f"{c.__name__}-{p}" for c, _, p in WRONG])
+def test_mistake_is_named(checker, candidate, phrase, capsys):
+    ok, out = run(checker, candidate, capsys)
+    assert ok is False
+    assert phrase in out
+
+
+def test_head_major_with_repeat_interleave_is_named(capsys):
+    """Head-major transposes with repeat_interleave: the lengths land on the wrong heads."""
+    ok, out = run(check_multihead_attention, make_mha("head_major"), capsys)
+    assert ok is False
+    assert "head-major" in out
+
+
+def test_head_major_with_repeat_is_consistent(capsys):
+    """Head-major folding with tiled lengths is a consistent (if unusual) choice: it passes."""
+    ok, _ = run(check_multihead_attention, make_mha("head_major", "repeat"), capsys)
+    assert ok is True
+
+
+def test_two_mistakes_at_once_are_both_named(capsys):
+    ok, out = run(check_multihead_attention, make_mha("no_scaling", "no_W_o"), capsys)
+    assert ok is False
+    assert "missing 1/sqrt(d) scaling" in out and "forgot the output projection W_o" in out
+
+
+def test_uniform_rows_of_d2l_fill_value_are_named(capsys):
+    def d2l_style(X, valid_lens):
+        keep = (mha_lib.keep_mask_from_valid_lens(valid_lens, *X.shape[1:])
+                if valid_lens is not None else torch.ones_like(X, dtype=torch.bool))
+        return torch.softmax(X.masked_fill(~keep, -1e6), dim=-1)
+
+    ok, out = run(check_masked_softmax, d2l_style, capsys)
+    assert ok is False
+    assert "uniform weights instead of zeros" in out
+
+
+def test_naive_exp_overflow_is_reported_as_nan(capsys):
+    def naive(X, valid_lens):
+        keep = (mha_lib.keep_mask_from_valid_lens(valid_lens, *X.shape[1:])
+                if valid_lens is not None else torch.ones_like(X, dtype=torch.bool))
+        e = X.exp() * keep
+        return e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+
+    ok, out = run(check_masked_softmax, naive, capsys)
+    assert ok is False
+    assert "NaN" in out and "large scores" in out
+
+
+def test_scaling_by_num_hiddens_is_named(capsys):
+    class ScaledByD(make_mha()):
+        def forward(self, queries, keys, values, valid_lens):
+            H = self.num_heads
+            q, k, v = (mha_lib.transpose_qkv(W(x), H) for W, x in
+                       ((self.W_q, queries), (self.W_k, keys), (self.W_v, values)))
+            if valid_lens is not None:
+                valid_lens = valid_lens.repeat_interleave(H, dim=0)
+            scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(self.W_q.out_features)
+            out = torch.bmm(mha_lib.masked_softmax(scores, valid_lens), v)
+            return self.W_o(mha_lib.transpose_output(out, H))
+
+    ok, out = run(check_multihead_attention, ScaledByD, capsys)
+    assert ok is False
+    assert "1/sqrt(num_hiddens) instead of 1/sqrt(d)" in out
+
+
+@pytest.mark.parametrize("wrong, phrase", [
+    (lambda q, k, v, D, H, bias: (q + k + v) * D + 3 * D * bias, "forgot the output projection W_o"),
+    (lambda q, k, v, D, H, bias: H * (q + k + v) * D + D * D + 4 * D * bias, "full-size projection for every head"),
+    (lambda q, k, v, D, H, bias: (q + k + v + D) * D, "biases are not counted"),
+])
+def test_num_parameters_mistakes(wrong, phrase, capsys):
+    ok, out = run(check_num_parameters, wrong, capsys)
+    assert ok is False
+    assert phrase in out
+
+
+# ---------------------------------------------------------------- robustness of the checkers
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+class StubMHA(nn.Module):
+    def __init__(self, key_size, query_size, value_size, num_hiddens, num_heads, dropout, bias=False):
+        super().__init__()
+        raise NotImplementedError
+
+
+ALL_CHECKERS = [check_masked_softmax, check_dot_product_attention, check_transpose_qkv,
+                check_transpose_output, check_num_parameters]
+
+
+@pytest.mark.parametrize("checker", ALL_CHECKERS)
+def test_stub_is_not_implemented_yet(checker, capsys):
+    ok, out = run(checker, _stub, capsys)
+    assert ok is False
+    assert "not implemented yet" in out
+
+
+def test_class_stub_is_not_implemented_yet(capsys):
+    ok, out = run(check_multihead_attention, StubMHA, capsys)
+    assert ok is False
+    assert "not implemented yet" in out
+
+
+def test_forward_stub_is_not_implemented_yet(capsys):
+    class HalfDone(make_mha()):
+        def forward(self, queries, keys, values, valid_lens):
+            raise NotImplementedError
+
+    ok, out = run(check_multihead_attention, HalfDone, capsys)
+    assert ok is False
+    assert "not implemented yet" in out
+
+
+def test_student_exception_is_reported_not_raised(capsys):
+    def broken(X, valid_lens):
+        return X.softmax(dim=7)  # IndexError inside torch
+
+    ok, out = run(check_masked_softmax, broken, capsys)
+    assert ok is False
+    assert "raised IndexError" in out
+
+
+def test_missing_return_is_reported(capsys):
+    ok, out = run(check_transpose_qkv, lambda X, H: None, capsys)
+    assert ok is False
+    assert "not a tensor" in out
+
+
+def test_wrong_shape_is_reported_with_a_hint(capsys):
+    ok, out = run(check_transpose_qkv,
+                  lambda X, H: X.reshape(X.shape[0], X.shape[1], H, -1).permute(0, 2, 1, 3), capsys)
+    assert ok is False
+    assert "has shape" in out and "one reshape is missing" in out
+
+
+def test_in_place_modification_is_reported(capsys):
+    def in_place(X, valid_lens):
+        if valid_lens is not None:
+            X.masked_fill_(~mha_lib.keep_mask_from_valid_lens(valid_lens, *X.shape[1:]), -1e9)
+        return mha_lib.masked_softmax(X, valid_lens)
+
+    ok, out = run(check_masked_softmax, in_place, capsys)
+    assert ok is False
+    assert "modified its input in place" in out
+
+
+def test_missing_W_o_attribute_is_reported(capsys):
+    class NoWo(make_mha()):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            del self.W_o
+
+    ok, out = run(check_multihead_attention, NoWo, capsys)
+    assert ok is False
+    assert "has no attribute W_o" in out and "forget the output projection" in out
+
+
+def test_swapped_constructor_sizes_are_reported(capsys):
+    class Swapped(make_mha()):
+        def __init__(self, key_size, query_size, value_size, num_hiddens, num_heads, dropout,
+                     bias=False):
+            super().__init__(query_size, key_size, value_size, num_hiddens, num_heads, dropout, bias)
+
+    ok, out = run(check_multihead_attention, Swapped, capsys)
+    assert ok is False
+    assert "order of key_size, query_size, value_size" in out
+
+
+def test_ignored_bias_is_reported(capsys):
+    class NoBias(make_mha()):
+        def __init__(self, *args, bias=False):
+            super().__init__(*args, bias=False)
+
+    ok, out = run(check_multihead_attention, NoBias, capsys)
+    assert ok is False
+    assert "bias=True" in out
+
+
+def test_unknown_mistake_gets_the_general_hint(capsys):
+    ok, out = run(check_masked_softmax, lambda X, lens: mha_lib.masked_softmax(X, lens) * 0.5, capsys)
+    assert ok is False
+    assert "match none of the classic mistakes" in out
+
+
+# ---------------------------------------------------------------- the mistake models
+
+
+def test_every_setting_of_every_checker_has_a_named_mistake():
+    tables = [exercises._SOFTMAX_SETTINGS, exercises._TRANSPOSE_SETTINGS, exercises._MHA_SETTINGS]
+    for table in tables:
+        for setting, values in table.items():
+            for value in values:
+                assert (setting, value) in MISTAKES
+
+
+@settings(max_examples=25, deadline=None)
+@given(B=st.integers(1, 3), L=st.integers(1, 4), H=st.integers(1, 4), d=st.integers(1, 3),
+       fold=st.sampled_from(["right", "no_permute", "head_major"]),
+       split=st.sampled_from(["right", "interleaved"]))
+def test_split_and_merge_variants_are_inverse(B, L, H, d, fold, split):
+    """Each transposition mistake model is a permutation that its merge model undoes."""
+    X = torch.arange(B * L * H * d, dtype=torch.float32).reshape(B, L, H * d)
+    spec = {"fold": fold, "split": split}
+    folded = exercises.split_variant(X, H, spec)
+    assert folded.shape == (B * H, L, d)
+    torch.testing.assert_close(exercises.merge_variant(folded, H, spec), X)
+
+
+@settings(max_examples=25, deadline=None)
+@given(B=st.integers(1, 3), Lq=st.integers(1, 4), Lk=st.integers(1, 5), data=st.data())
+def test_softmax_model_without_mistakes_matches_masked_softmax(B, Lq, Lk, data):
+    lens = torch.tensor(data.draw(st.lists(st.integers(0, Lk), min_size=B, max_size=B)))
+    X = torch.randn(B, Lq, Lk, generator=torch.Generator().manual_seed(0))
+    spec = {"mask": "right", "axis": "right", "empty": "zeros"}  # explicit, not the {} shortcut
+    torch.testing.assert_close(exercises.softmax_variant(X, lens, spec), mha_lib.masked_softmax(X, lens))
+
+
+def test_multihead_model_without_mistakes_matches_the_module():
+    torch.manual_seed(0)
+    ref = mha_lib.MultiHeadAttention(5, 6, 7, 8, 2, 0.0).eval()
+    q, k, v = torch.randn(3, 2, 6), torch.randn(3, 4, 5), torch.randn(3, 4, 7)
+    lens = torch.tensor([0, 2, 4])
+    spec = {"lens": "interleave", "W_o": "keep", "scale": "right"}  # explicit, not {}
+    with torch.no_grad():
+        torch.testing.assert_close(exercises.multihead_variant(ref, q, k, v, lens, spec),
+                                   ref(q, k, v, lens))
