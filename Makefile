@@ -44,5 +44,9 @@ nbval: venv
 browser: venv chromium
 	$(PY) -m pytest tests/browser -m browser -q
 
+# The notebooks without the exercise solutions, for students (student/ is git-ignored).
+student: venv
+	$(PY) -m mha_lib.book.student chapters student
+
 clean:
 	rm -rf _build student .pytest_cache .hypothesis
