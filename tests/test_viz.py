@@ -132,3 +132,162 @@ def test_decode_index_roundtrip():
 def test_transposition_figure_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         transposition_figure(**kwargs)
+
+
+# ---------------------------------------------------------------- explorers
+
+from mha_lib.viz import explore, static_explorer, static_explorer_html  # noqa: E402
+from mha_lib.viz.scene import make_source, seeded_model, sentence_scene  # noqa: E402
+from mha_lib.viz.static_explorer import DIV_ID  # noqa: E402
+
+
+def _independent_weights(num_heads, valid_lens, seed=0, num_hiddens=8):
+    """The default explorer's weights, recomputed here from MultiHeadAttention directly.
+
+    The word vectors come from seed 0 (the explorer's initial seed); ``seed`` draws the
+    projections, as the explorer's seed slider does.
+    """
+    scene = sentence_scene(seed=0, num_features=num_hiddens)
+    torch.manual_seed(seed)
+    mha = mha_lib.MultiHeadAttention(num_hiddens, num_hiddens, num_hiddens, num_hiddens,
+                                     num_heads, 0.0).eval()
+    with torch.no_grad():
+        _, w = mha(scene.queries, scene.keys, scene.values, torch.tensor(valid_lens),
+                   need_weights=True)
+    return w.numpy()
+
+
+def _shown(fig):
+    """{(example, head): z} of the visible heatmaps."""
+    return {(t.meta["example"], t.meta["head"]): _z(t) for t in fig.data if t.visible}
+
+
+def _assert_figure_shows(fig, weights, valid_lens, atol=1e-6):
+    B, H = weights.shape[:2]
+    shown = _shown(fig)
+    assert sorted(shown) == [(b, h) for b in range(B) for h in range(H)]  # H heatmaps per example
+    for (b, h), z in shown.items():
+        v = valid_lens[b]
+        assert np.isnan(z[:, v:]).all(), "masked key columns must be masked"
+        np.testing.assert_allclose(np.nan_to_num(z), weights[b, h], rtol=0, atol=atol)
+        np.testing.assert_array_equal(weights[b, h][:, v:], 0.0)  # masked is exactly 0
+
+
+def test_explore_default_shows_mha_weights():
+    e = explore()
+    assert e.heads.options == (1, 2, 4, 8)  # only divisors of num_hiddens = 8
+    assert len(e.valid_lens) == 2 and [s.max for s in e.valid_lens] == [6, 6]
+    lens = [s.value for s in e.valid_lens]
+    _assert_figure_shows(e.figure, _independent_weights(e.heads.value, lens), lens)
+
+
+def test_explore_sliders_update_the_same_figure_in_place():
+    e = explore()
+    fig = e.figure
+    for H, lens in [(8, [3, 4]), (1, [6, 0]), (4, [2, 5]), (2, [6, 4])]:
+        e.heads.value = H
+        for slider, v in zip(e.valid_lens, lens):
+            slider.value = v
+        assert e.figure is fig and len(fig.data) == 16  # room for 8 heads x 2 examples
+        _assert_figure_shows(fig, _independent_weights(H, lens), lens)
+        # shown panels do not overlap; their titles follow
+        titles = {a.text for a in fig.layout.annotations}
+        assert {f"example {b}, head {h}" for b in range(2) for h in range(H)} <= titles
+        assert len(titles) == 2 * H + 1  # + the "grey: masked" note
+    e.seed.value = 3
+    _assert_figure_shows(fig, _independent_weights(2, [6, 4], seed=3), [6, 4])
+
+
+def test_explore_panels_do_not_overlap_after_head_change():
+    e = explore()
+    e.heads.value = 8
+    e.heads.value = 4
+    boxes = []
+    for t in e.figure.data:
+        if t.visible:
+            xa = e.figure.layout["xaxis" + t.xaxis[1:]]
+            ya = e.figure.layout["yaxis" + t.yaxis[1:]]
+            assert xa.visible and ya.visible
+            boxes.append((tuple(xa.domain), tuple(ya.domain)))
+        else:
+            assert not e.figure.layout["xaxis" + t.xaxis[1:]].visible
+    assert len(set(boxes)) == len(boxes) == 8
+
+
+def test_explore_given_model_fixes_heads():
+    torch.manual_seed(1)
+    mha = mha_lib.MultiHeadAttention(3, 5, 4, 6, 3, 0.1)  # training mode, dropout on
+    q, k, v = torch.randn(1, 2, 5), torch.randn(1, 4, 3), torch.randn(1, 4, 4)
+    e = explore(mha=mha, queries=q, keys=k, values=v, query_tokens=["a", "b"],
+                key_tokens=list("wxyz"), valid_lens=[3])
+    assert e.heads.options == (3,) and e.heads.disabled and e.seed is None
+    assert mha.training  # the explorer restores the mode
+    e.valid_lens[0].value = 2
+    mha.eval()
+    with torch.no_grad():
+        _, w = mha(q, k, v, torch.tensor([2]), need_weights=True)
+    _assert_figure_shows(e.figure, w.numpy(), [2])
+    assert list(e.figure.layout.xaxis.ticktext) == list("wxyz")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"mha": "model"}, "mha must be a mha_lib.MultiHeadAttention"),
+        ({"mha": mha_lib.MultiHeadAttention(2, 2, 2, 4, 2, 0.0)}, "pass its inputs"),
+        ({"keys": torch.zeros(1, 2, 3)}, "need queries"),
+        ({"num_heads": 3}, "num_heads must be one of"),
+        ({"num_hiddens": 0}, "num_hiddens"),
+        ({"valid_lens": [7, 1]}, "valid_lens must be 2 integers in"),
+        ({"queries": torch.zeros(1, 2, 3), "tokens": ["a"]}, "must hold 2 labels"),
+        ({"queries": torch.zeros(2, 3)}, "queries must have 3 dimensions"),
+        ({"mha": mha_lib.MultiHeadAttention(2, 2, 2, 4, 2, 0.0), "queries": torch.zeros(1, 2, 3)},
+         "feature size"),
+        ({"sentences": []}, "sentences"),
+        ({"max_cols": 0}, "max_cols"),
+    ],
+)
+def test_explore_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        explore(**kwargs)
+
+
+def test_seeded_model_keeps_global_rng_and_projections_across_head_counts():
+    scene = sentence_scene()
+    state = torch.random.get_rng_state()
+    a, b = seeded_model(scene, 2, 8, seed=5), seeded_model(scene, 8, 8, seed=5)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    torch.testing.assert_close(a.W_q.weight, b.W_q.weight)  # same projections, split differently
+
+
+def test_static_explorer_states_are_mha_weights():
+    fig = static_explorer()
+    ex = fig.layout.meta["explorer"]
+    assert ex["heads"] == [1, 2, 4, 8] and ex["batch_size"] == 2 and ex["num_slots"] == 8
+    prefixes = [s.currentvalue.prefix for s in fig.layout.sliders]
+    assert prefixes == ["heads: ", "valid length (example 0): ", "valid length (example 1): "]
+    for i, H in enumerate(ex["heads"]):
+        for lens in ([6, 4], [0, 6], [3, 1]):
+            expected = _independent_weights(H, lens)
+            for b in range(2):
+                state = np.array(ex["weights"][i][b][lens[b]], dtype=float)  # (H, Lq, Lk)
+                assert state.shape == (H, 6, 6)
+                assert np.isnan(state[..., lens[b]:]).all()
+                np.testing.assert_allclose(np.nan_to_num(state), expected[b], rtol=0, atol=6e-5)
+    # The initial picture is the stored state for the initial sliders (H = 2, lengths 6 and 4).
+    _assert_figure_shows(fig, _independent_weights(2, [6, 4]), [6, 4], atol=6e-5)
+
+
+def test_static_explorer_single_example_and_html():
+    x = torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(0))
+    fig = static_explorer(queries=x, num_hiddens=4, tokens=["a", "b", "c"], decimals=3)
+    assert [s.currentvalue.prefix for s in fig.layout.sliders] == ["heads: ", "valid length: "]
+    html = static_explorer_html(fig)
+    assert f'id="{DIV_ID}"' in html and "plotly-graph-div" in html
+    assert "plotly_sliderchange" in html and "cdn" not in html.lower()
+    assert "<script src" not in html  # plotly.js comes from the site, not embedded or fetched
+    assert static_explorer_html(fig) == html  # deterministic
+    with pytest.raises(ValueError, match="decimals"):
+        static_explorer(decimals=0)
+    source = make_source(queries=x, num_hiddens=4)
+    assert source.head_choices == (1, 2, 4)

@@ -2,9 +2,22 @@
 
 * :func:`attention_heatmaps`    one plotly heatmap per (example, head) of attention weights
 * :func:`transposition_figure`  where ``transpose_qkv`` sends each feature, from the real function
+* :func:`explore`               live explorer (ipywidgets + FigureWidget; needs a kernel)
+* :func:`static_explorer`       kernel-free explorer for the website (precomputed states), and
+  :func:`static_explorer_html`  its HTML for ``IPython.display.HTML``
+* :mod:`mha_lib.viz.scene`      the inputs and the one function computing the explorers' weights
 """
 
+from mha_lib.viz.explorer import AttentionExplorer, explore
 from mha_lib.viz.heatmaps import attention_heatmaps
+from mha_lib.viz.static_explorer import static_explorer, static_explorer_html
 from mha_lib.viz.transposition import transposition_figure
 
-__all__ = ["attention_heatmaps", "transposition_figure"]
+__all__ = [
+    "AttentionExplorer",
+    "attention_heatmaps",
+    "explore",
+    "static_explorer",
+    "static_explorer_html",
+    "transposition_figure",
+]

@@ -34,6 +34,9 @@ COLORSCALE = "Viridis"
 MASKED_COLOR = "#c8c8c8"  # grey: not on the viridis scale, so never confused with a weight
 WEIGHT_TOLERANCE = 1e-5
 DEFAULT_MAX_COLS = 4
+# A hidden slot (room for more heads) keeps plotly's default domain; it draws nothing because
+# the plot background is transparent and each shown panel gets its own grey rectangle.
+HIDDEN_DOMAIN = (0.0, 1.0)
 
 
 def as_weights(weights: object) -> np.ndarray:
@@ -90,17 +93,34 @@ def weight_text(weight: float) -> str:
     return "masked" if np.isnan(weight) else f"weight {weight:.3f}"
 
 
-def _labels(labels: Sequence[object] | None, length: int, name: str) -> tuple[list[str], list[str]]:
-    """(categories, tick texts) of an axis: categories are unique ("2: cat"), ticks short."""
+def example_labels(labels: object, batch_size: int, length: int, name: str):
+    """Labels per example: None (positions), one list for every example, or B lists.
+
+    Returns:
+        B tuples of ``length`` strings.
+    """
     if labels is None:
-        ticks = [str(i) for i in range(length)]
-        return ticks, ticks
+        return tuple(tuple(str(i) for i in range(length)) for _ in range(batch_size))
     if isinstance(labels, str) or not isinstance(labels, Sequence):
-        raise ValueError(f"{name} must be a sequence of {length} labels, got {type(labels).__name__}")
-    if len(labels) != length:
-        raise ValueError(f"{name} must hold {length} labels, got {len(labels)}")
-    ticks = [str(label) for label in labels]
-    return [f"{i}: {tick}" for i, tick in enumerate(ticks)], ticks
+        raise ValueError(
+            f"{name} must be a sequence of {length} labels (or B such sequences), "
+            f"got {type(labels).__name__}"
+        )
+    nested = [isinstance(x, Sequence) and not isinstance(x, str) for x in labels]
+    if not any(nested):
+        labels = [labels] * batch_size  # one list shared by every example
+    elif len(labels) != batch_size:
+        raise ValueError(
+            f"{name} must hold one sequence of labels per example ({batch_size}), got {len(labels)}"
+        )
+    out = []
+    for b, row in enumerate(labels):
+        if isinstance(row, str) or not isinstance(row, Sequence) or len(row) != length:
+            got = len(row) if isinstance(row, Sequence) and not isinstance(row, str) else repr(row)
+            where = f"{name}[{b}]" if any(nested) else name
+            raise ValueError(f"{where} must hold {length} labels, got {got}")
+        out.append(tuple(str(label) for label in row))
+    return tuple(out)
 
 
 def _check_max_cols(max_cols: object) -> int:
@@ -109,15 +129,35 @@ def _check_max_cols(max_cols: object) -> int:
     return int(max_cols)
 
 
+def _axis(title: str, domain, anchor: str, visible: bool, categories, ticks) -> dict:
+    """One panel axis: categorical (unique "i: token" categories), ticks show the tokens."""
+    return {
+        "domain": list(domain), "anchor": anchor, "visible": visible,
+        "title": {"text": title, "standoff": 2}, "type": "category",
+        "tickmode": "array", "tickvals": list(categories), "ticktext": list(ticks),
+        "showgrid": False, "zeroline": False, "fixedrange": True,
+    }
+
+
+def _categories(ticks: Sequence[str], labelled: bool) -> list[str]:
+    return [f"{i}: {t}" for i, t in enumerate(ticks)] if labelled else list(ticks)
+
+
+def panel_text(z: np.ndarray) -> list[list[str]]:
+    """Hover texts of one panel, (Lq, Lk) weights with NaN for masked keys."""
+    return [[weight_text(w) for w in row] for row in z]
+
+
 def heatmap_parts(
     weights: np.ndarray,
     masked: np.ndarray | None,
     *,
-    query_labels: Sequence[object] | None = None,
-    key_labels: Sequence[object] | None = None,
+    query_labels: object = None,
+    key_labels: object = None,
     max_cols: int = DEFAULT_MAX_COLS,
     num_slots: int | None = None,
     title: str | None = None,
+    masked_note: bool | None = None,
 ) -> tuple[list[dict], dict]:
     """Traces and layout (plain dicts) drawing checked weights; shared by every figure here.
 
@@ -130,7 +170,9 @@ def heatmap_parts(
         masked: None or (B, Lq, Lk) bool, as returned by :func:`masked_keys`.
 
     Args:
+        query_labels, key_labels: see :func:`example_labels`.
         num_slots: heads the figure has room for (default H).
+        masked_note: show the "grey = masked" note (default: when something is masked).
 
     Returns:
         ``(traces, layout)`` to pass to ``go.Figure(data=..., layout=...)`` or to update with.
@@ -139,13 +181,16 @@ def heatmap_parts(
     num_slots = H if num_slots is None else num_slots
     if num_slots < H:
         raise ValueError(f"num_slots must be >= the number of heads {H}, got {num_slots}")
-    queries, query_ticks = _labels(query_labels, Lq, "query_labels")
-    keys, key_ticks = _labels(key_labels, Lk, "key_labels")
+    query_ticks = example_labels(query_labels, B, Lq, "query_labels")
+    key_ticks = example_labels(key_labels, B, Lk, "key_labels")
     shown = {(p.example, p.head): p for p in panels(B, H, max_cols)}
     traces: list[dict] = []
     layout: dict = {}
     annotations = []
+    shapes = []
     for b in range(B):
+        queries = _categories(query_ticks[b], query_labels is not None)
+        keys = _categories(key_ticks[b], key_labels is not None)
         z = weights[b].copy()  # (H, Lq, Lk)
         if masked is not None:
             z[:, masked[b]] = np.nan  # (Lq, Lk) mask broadcast over the heads
@@ -153,7 +198,7 @@ def heatmap_parts(
             slot = b * num_slots + h
             x, y = axis_names(slot)
             panel = shown.get((b, h))
-            trace = {
+            traces.append({
                 "type": "heatmap",
                 "xaxis": x,
                 "yaxis": y,
@@ -167,73 +212,45 @@ def heatmap_parts(
                 "visible": panel is not None,
                 "x": keys,
                 "y": queries,
-            }
+                "z": z[h].tolist() if panel else None,
+                "text": panel_text(z[h]) if panel else None,
+            })
+            layout["xaxis" + x[1:]] = _axis("key", panel.x_domain if panel else HIDDEN_DOMAIN, y,
+                                            panel is not None, keys, key_ticks[b])
+            yaxis = _axis("query", panel.y_domain if panel else HIDDEN_DOMAIN, x,
+                          panel is not None, queries, query_ticks[b])
+            layout["yaxis" + y[1:]] = {**yaxis, "autorange": "reversed"}
             if panel is not None:
-                trace["z"] = z[h].tolist()
-                trace["text"] = [[weight_text(w) for w in row] for row in z[h]]
-            else:
-                trace["z"] = None
-                trace["text"] = None
-            traces.append(trace)
-            layout["xaxis" + x[1:]] = {
-                "domain": list(panel.x_domain) if panel else [0, 1],
-                "anchor": y,
-                "visible": panel is not None,
-                "title": {"text": "key", "standoff": 2},
-                "type": "category",
-                "tickmode": "array",
-                "tickvals": keys,
-                "ticktext": key_ticks,
-                "showgrid": False,
-                "zeroline": False,
-                "fixedrange": True,
-            }
-            layout["yaxis" + y[1:]] = {
-                "domain": list(panel.y_domain) if panel else [0, 1],
-                "anchor": x,
-                "visible": panel is not None,
-                "title": {"text": "query", "standoff": 2},
-                "type": "category",
-                "autorange": "reversed",
-                "tickmode": "array",
-                "tickvals": queries,
-                "ticktext": query_ticks,
-                "showgrid": False,
-                "zeroline": False,
-                "fixedrange": True,
-            }
-            if panel is not None:
-                label = f"example {b}, head {h}" if B > 1 else f"head {h}"
+                shapes.append({  # the panel's background, seen through the masked (NaN) cells
+                    "type": "rect", "xref": f"{x} domain", "yref": f"{y} domain",
+                    "x0": 0, "x1": 1, "y0": 0, "y1": 1, "layer": "below",
+                    "fillcolor": MASKED_COLOR, "line": {"width": 0},
+                })
                 annotations.append({
-                    "text": label,
-                    "xref": "paper",
-                    "yref": "paper",
-                    "x": (panel.x_domain[0] + panel.x_domain[1]) / 2,
-                    "y": panel.y_domain[1],
-                    "xanchor": "center",
-                    "yanchor": "bottom",
-                    "showarrow": False,
+                    "text": f"example {b}, head {h}" if B > 1 else f"head {h}",
+                    "xref": "paper", "yref": "paper",
+                    "x": (panel.x_domain[0] + panel.x_domain[1]) / 2, "y": panel.y_domain[1],
+                    "xanchor": "center", "yanchor": "bottom", "showarrow": False,
                     "font": {"size": 13},
                 })
-    if masked is not None and masked.any():
+    if masked_note or (masked_note is None and masked is not None and masked.any()):
         annotations.append({
-            "text": "grey cells: masked keys (weight exactly 0)",
-            "xref": "paper", "yref": "paper", "x": 1, "y": 1,
-            "xanchor": "right", "yanchor": "bottom", "yshift": 22,
-            "showarrow": False, "font": {"size": 12, "color": "#555"},
+            "text": "grey:<br>masked<br>key", "xref": "paper", "yref": "paper",
+            "x": 1.02, "y": 0.18, "xanchor": "left", "yanchor": "top", "align": "left",
+            "showarrow": False, "font": {"size": 12, "color": "#444"},
         })
     layout.update(
         annotations=annotations,
+        shapes=shapes,
         coloraxis={
-            "colorscale": COLORSCALE,
-            "cmin": 0.0,
-            "cmax": 1.0,
-            "colorbar": {"title": {"text": "weight"}, "len": 0.6, "thickness": 14},
+            "colorscale": COLORSCALE, "cmin": 0.0, "cmax": 1.0,
+            "colorbar": {"title": {"text": "weight"}, "len": 0.6, "y": 0.5, "x": 1.02,
+                         "thickness": 14},
         },
-        plot_bgcolor=MASKED_COLOR,
+        plot_bgcolor="rgba(0,0,0,0)",
         height=figure_height(B, H, max_cols) + (0 if title is None else 30),
         margin={"t": MARGIN_TOP_PX if title is None else MARGIN_TOP_PX + 30,
-                "b": MARGIN_BOTTOM_PX, "l": 60, "r": 20},
+                "b": MARGIN_BOTTOM_PX, "l": 60, "r": 90},
         title={"text": title} if title else None,
         showlegend=False,
     )
@@ -243,8 +260,8 @@ def heatmap_parts(
 def attention_heatmaps(
     weights: object,
     *,
-    query_labels: Sequence[object] | None = None,
-    key_labels: Sequence[object] | None = None,
+    query_labels: object = None,
+    key_labels: object = None,
     valid_lens: object = None,
     title: str | None = None,
     max_cols: int = DEFAULT_MAX_COLS,
@@ -264,8 +281,9 @@ def attention_heatmaps(
 
     Args:
         weights: attention weights, entries in [0, 1].
-        query_labels: Lq labels (tokens) for the y axis, default the positions.
-        key_labels: Lk labels for the x axis, default the positions.
+        query_labels: Lq labels (tokens) for the y axis, or B such lists (one per example);
+            default the positions.
+        key_labels: Lk labels for the x axis, or B such lists; default the positions.
         valid_lens: the valid lengths the weights were computed with; marks masked keys.
         title: figure title.
         max_cols: at most this many panels side by side.

@@ -1,0 +1,248 @@
+"""What the explorers attend over, and the one function that computes their attention weights.
+
+Both the live explorer (:mod:`mha_lib.viz.explorer`) and the kernel-free one
+(:mod:`mha_lib.viz.static_explorer`) get their weights from :func:`attention_weights`, which
+runs :class:`mha_lib.MultiHeadAttention` itself: the pictures show the library's real weights.
+
+Shape legend
+    B   number of examples
+    Lq  number of queries
+    Lk  number of key-value pairs
+    H   number of heads
+    D   num_hiddens = H*d
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib.attention import check_qkv
+from mha_lib.multihead import MultiHeadAttention
+from mha_lib.viz.heatmaps import example_labels
+
+DEFAULT_SENTENCES = ("the cat sat on the mat", "dogs chase the cat")
+PAD = "<pad>"
+DEFAULT_NUM_HIDDENS = 8
+
+
+@dataclass(frozen=True)
+class Scene:
+    """Inputs of an explorer: queries, keys, values and their labels.
+
+    Shapes:
+        queries: (B, Lq, query_size)
+        keys: (B, Lk, key_size)
+        values: (B, Lk, value_size)
+        query_tokens: B lists of Lq labels; key_tokens: B lists of Lk labels
+        valid_lens: B initial valid lengths, each in [0, Lk]
+    """
+
+    queries: Tensor
+    keys: Tensor
+    values: Tensor
+    query_tokens: tuple[tuple[str, ...], ...]
+    key_tokens: tuple[tuple[str, ...], ...]
+    valid_lens: tuple[int, ...]
+
+    @property
+    def batch_size(self) -> int:
+        return self.queries.shape[0]
+
+    @property
+    def num_keys(self) -> int:
+        return self.keys.shape[1]
+
+
+def make_scene(
+    queries: Tensor,
+    keys: Tensor | None = None,
+    values: Tensor | None = None,
+    *,
+    tokens: object = None,
+    query_tokens: object = None,
+    key_tokens: object = None,
+    valid_lens: object = None,
+) -> Scene:
+    """Check explorer inputs and bundle them; keys and values default to the queries (self-attention).
+
+    Args:
+        tokens: labels for queries and keys alike (self-attention), one list or B lists.
+        query_tokens, key_tokens: separate labels (cross-attention); override ``tokens``.
+        valid_lens: B initial valid lengths (default Lk for every example).
+
+    Raises:
+        ValueError: inputs that are not 3-D float tensors agreeing on B and Lk, labels of the
+            wrong length, or valid lengths outside [0, Lk].
+    """
+    check_tensor(queries, "queries", 3)
+    keys = queries if keys is None else keys
+    values = keys if values is None else values
+    check_qkv(queries, keys, values)
+    B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
+    query_tokens = tokens if query_tokens is None else query_tokens
+    key_tokens = tokens if key_tokens is None else key_tokens
+    if valid_lens is None:
+        valid_lens = [Lk] * B
+    if isinstance(valid_lens, Tensor):
+        valid_lens = valid_lens.tolist()
+    if (isinstance(valid_lens, str) or not isinstance(valid_lens, Sequence)
+            or len(valid_lens) != B
+            or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= Lk
+                       for v in valid_lens)):
+        raise ValueError(f"valid_lens must be {B} integers in [0, {Lk}] (one per example), got {valid_lens!r}")
+    return Scene(
+        queries=queries.detach(), keys=keys.detach(), values=values.detach(),
+        query_tokens=example_labels(query_tokens, B, Lq, "query_tokens"),
+        key_tokens=example_labels(key_tokens, B, Lk, "key_tokens"),
+        valid_lens=tuple(int(v) for v in valid_lens),
+    )
+
+
+def sentence_scene(
+    sentences: Sequence[str] = DEFAULT_SENTENCES,
+    *,
+    num_features: int = DEFAULT_NUM_HIDDENS,
+    seed: int = 0,
+    scale: float = 3.0,
+) -> Scene:
+    """Self-attention over a few short sentences with random word vectors (no training, no data).
+
+    Each distinct word gets one random vector (seeded), so a repeated word ("the") has identical
+    query, key and value vectors. Shorter sentences are padded with ``<pad>`` (a zero vector) to
+    the longest, and their valid length is their number of words. ``scale`` multiplies the
+    vectors: larger inputs give larger scores and so sharper attention.
+
+    Returns:
+        A :class:`Scene` with B = len(sentences) and Lq = Lk = the longest sentence's length.
+    """
+    if isinstance(sentences, str) or not sentences or not all(
+        isinstance(s, str) and s.split() for s in sentences
+    ):
+        raise ValueError(f"sentences must be a non-empty list of non-empty strings, got {sentences!r}")
+    num_features = check_positive_int(num_features, "num_features")
+    words = [s.split() for s in sentences]
+    L = max(map(len, words))
+    vocab = sorted({w for ws in words for w in ws})
+    generator = torch.Generator().manual_seed(seed)
+    table = scale * torch.randn(len(vocab), num_features, generator=generator)  # (V, D)
+    X = torch.zeros(len(words), L, num_features)  # (B, L, D); padding stays 0
+    for b, ws in enumerate(words):
+        for t, w in enumerate(ws):
+            X[b, t] = table[vocab.index(w)]
+    tokens = [ws + [PAD] * (L - len(ws)) for ws in words]
+    return make_scene(X, tokens=tokens, valid_lens=[len(ws) for ws in words])
+
+
+def seeded_model(scene: Scene, num_heads: int, num_hiddens: int, seed: int) -> MultiHeadAttention:
+    """A fresh (untrained) MultiHeadAttention for ``scene``, its parameters drawn from ``seed``.
+
+    The global random state is left untouched. For a fixed seed and num_hiddens the four
+    projection matrices do not depend on ``num_heads`` (they are D x D either way): changing
+    the head count only changes how the same projections are split into heads.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return MultiHeadAttention(
+            key_size=scene.keys.shape[-1], query_size=scene.queries.shape[-1],
+            value_size=scene.values.shape[-1], num_hiddens=num_hiddens,
+            num_heads=num_heads, dropout=0.0,
+        ).eval()
+
+
+def attention_weights(mha: MultiHeadAttention, scene: Scene, valid_lens: Sequence[int]) -> Tensor:
+    """The per-head attention weights of ``mha`` on ``scene`` with the given valid lengths.
+
+    Runs ``mha(queries, keys, values, valid_lens, need_weights=True)`` in eval mode (no dropout)
+    without gradients, and puts the module back in the mode it was in.
+
+    Returns:
+        (B, H, Lq, Lk) weights; keys at or past ``valid_lens[b]`` are exactly 0.
+    """
+    was_training = mha.training
+    mha.eval()
+    try:
+        with torch.no_grad():
+            _, weights = mha(scene.queries, scene.keys, scene.values,
+                             torch.as_tensor(list(valid_lens)), need_weights=True)
+    finally:
+        mha.train(was_training)
+    return weights
+
+
+def divisors(n: int) -> list[int]:
+    """Head counts that split ``n`` features evenly."""
+    return [h for h in range(1, n + 1) if n % h == 0]
+
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an explorer's weights come from: a scene, the head counts offered, and the models.
+
+    ``model(num_heads, seed)`` returns the MultiHeadAttention to run. For a given module it is
+    that module whatever the arguments (its head count is fixed); otherwise a fresh seeded one.
+    """
+
+    scene: Scene
+    head_choices: tuple[int, ...]
+    num_hiddens: int
+    fixed: MultiHeadAttention | None = None
+    _models: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def model(self, num_heads: int, seed: int) -> MultiHeadAttention:
+        if self.fixed is not None:
+            return self.fixed
+        key = (num_heads, seed)
+        if key not in self._models:
+            self._models[key] = seeded_model(self.scene, num_heads, self.num_hiddens, seed)
+        return self._models[key]
+
+    def weights(self, num_heads: int, valid_lens: Sequence[int], seed: int = 0) -> Tensor:
+        """(B, H, Lq, Lk) weights of the configuration (H, valid lengths, seed)."""
+        if num_heads not in self.head_choices:
+            raise ValueError(f"num_heads must be one of {list(self.head_choices)}, got {num_heads!r}")
+        return attention_weights(self.model(num_heads, seed), self.scene, valid_lens)
+
+
+def make_source(
+    *,
+    mha: MultiHeadAttention | None = None,
+    queries: Tensor | None = None,
+    keys: Tensor | None = None,
+    values: Tensor | None = None,
+    tokens: object = None,
+    query_tokens: object = None,
+    key_tokens: object = None,
+    valid_lens: object = None,
+    sentences: Sequence[str] = DEFAULT_SENTENCES,
+    num_hiddens: int = DEFAULT_NUM_HIDDENS,
+    seed: int = 0,
+) -> Source:
+    """Check an explorer's arguments and return its :class:`Source` (see ``explore``)."""
+    if mha is not None:
+        if not isinstance(mha, MultiHeadAttention):
+            raise ValueError(f"mha must be a mha_lib.MultiHeadAttention, got {type(mha).__name__}")
+        if queries is None:
+            raise ValueError("with a given mha, pass its inputs too: queries (and keys, values)")
+    if queries is None:
+        if any(x is not None for x in (keys, values, tokens, query_tokens, key_tokens)):
+            raise ValueError("keys, values and tokens need queries: pass queries=... as well")
+        num_hiddens = check_positive_int(num_hiddens, "num_hiddens")
+        scene = sentence_scene(sentences, num_features=num_hiddens, seed=seed)
+        if valid_lens is not None:
+            scene = make_scene(scene.queries, tokens=[list(t) for t in scene.query_tokens],
+                               valid_lens=valid_lens)
+    else:
+        scene = make_scene(queries, keys, values, tokens=tokens, query_tokens=query_tokens,
+                           key_tokens=key_tokens, valid_lens=valid_lens)
+    if mha is not None:
+        mha._check_inputs(scene.queries, scene.keys, scene.values)
+        return Source(scene, (mha.num_heads,), mha.num_hiddens, fixed=mha)
+    num_hiddens = check_positive_int(num_hiddens, "num_hiddens")
+    return Source(scene, tuple(divisors(num_hiddens)), num_hiddens)

@@ -1,0 +1,202 @@
+"""The kernel-free explorer for the website: precomputed weights, plotly sliders, a little JavaScript.
+
+Without a kernel nothing can be recomputed, so every state the sliders can reach is computed
+in advance by :meth:`mha_lib.viz.scene.Source.weights` (the real MultiHeadAttention) and
+stored in the figure (``layout.meta["explorer"]``). The examples of a batch do not influence
+each other, so the weights of example ``b`` depend only on (H, its own valid length): the
+figure stores one state per (H, example, valid length), and a short script combines the
+sliders' positions into one ``Plotly.update`` call. That keeps the page small: the default
+explorer holds 4 head counts x 2 examples x 7 valid lengths states, not 4 x 7 x 7.
+
+Shape legend
+    B   number of examples (one valid-length slider each)
+    H   number of heads
+    Lq  number of queries, Lk number of key-value pairs
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from mha_lib.multihead import MultiHeadAttention
+from mha_lib.viz.explorer import layout_changes, source_parts
+from mha_lib.viz.heatmaps import DEFAULT_MAX_COLS, _check_max_cols
+from mha_lib.viz.scene import DEFAULT_NUM_HIDDENS, DEFAULT_SENTENCES, Source, make_source
+
+DIV_ID = "mha-static-explorer"
+SLIDER_ROW_PX = 85  # height of one row of sliders above the panels
+SLIDERS_PER_ROW = 3
+
+# Runs once after Plotly.newPlot; "{plot_id}" is replaced by plotly's to_html. It reads the
+# sliders' positions and shows the stored state of each example for that configuration.
+REDRAW_JS = """
+(function () {
+  var gd = document.getElementById("{plot_id}");
+  var ex = gd.layout.meta.explorer;
+  function hoverText(z) {
+    return z.map(function (row) {
+      return row.map(function (w) { return w === null ? "masked" : "weight " + w.toFixed(3); });
+    });
+  }
+  function redraw() {
+    var sliders = gd.layout.sliders;
+    var hi = sliders[0].active, H = ex.heads[hi];
+    var z = [], text = [], visible = [];
+    for (var b = 0; b < ex.batch_size; b++) {
+      var state = ex.weights[hi][b][sliders[1 + b].active];
+      for (var h = 0; h < ex.num_slots; h++) {
+        z.push(h < H ? state[h] : null);
+        text.push(h < H ? hoverText(state[h]) : null);
+        visible.push(h < H);
+      }
+    }
+    return Plotly.update(gd, {z: z, text: text, visible: visible}, ex.layouts[hi]);
+  }
+  gd.on("plotly_sliderchange", redraw);
+})();
+"""
+
+
+def _state(weights: np.ndarray, valid_len: int, decimals: int) -> list:
+    """(H, Lq, Lk) weights of one example as nested lists, rounded, masked keys as None."""
+    rounded = np.round(weights, decimals).astype(object)
+    rounded[..., valid_len:] = None
+    return rounded.tolist()
+
+
+def explorer_states(source: Source, *, seed: int = 0, decimals: int = 4) -> list:
+    """Every state of the static explorer: ``states[i][b][v]`` = head count ``i``, example ``b``,
+    valid length ``v``, a (H, Lq, Lk) nested list (masked keys None), rounded to ``decimals``.
+
+    Computed with the valid lengths ``[v] * B``: example ``b``'s weights depend only on
+    ``valid_lens[b]``, so any combination of slider positions is a combination of states.
+    """
+    B, Lk = source.scene.batch_size, source.scene.num_keys
+    states = []
+    for H in source.head_choices:
+        per_example = [[None] * (Lk + 1) for _ in range(B)]
+        for v in range(Lk + 1):
+            weights = source.weights(H, [v] * B, seed).double().numpy()  # (B, H, Lq, Lk)
+            for b in range(B):
+                per_example[b][v] = _state(weights[b], v, decimals)
+        states.append(per_example)
+    return states
+
+
+def _sliders(source: Source, heads_index: int, valid_lens: Sequence[int]) -> list[dict]:
+    """Plotly sliders: head count first, then one valid length per example, in rows of three."""
+    B, Lk = source.scene.batch_size, source.scene.num_keys
+    specs = [("heads: ", [str(H) for H in source.head_choices], heads_index)]
+    for b in range(B):
+        prefix = "valid length: " if B == 1 else f"valid length (example {b}): "
+        specs.append((prefix, [str(v) for v in range(Lk + 1)], valid_lens[b]))
+    rows = -(-len(specs) // SLIDERS_PER_ROW)
+    sliders = []
+    for i, (prefix, labels, active) in enumerate(specs):
+        row, col = divmod(i, SLIDERS_PER_ROW)
+        sliders.append({
+            "active": active,
+            "currentvalue": {"prefix": prefix, "font": {"size": 14}},
+            "steps": [{"label": label, "method": "skip", "args": [None]} for label in labels],
+            "x": col / SLIDERS_PER_ROW, "len": 1 / SLIDERS_PER_ROW - 0.04,
+            "y": 1, "xanchor": "left", "yanchor": "bottom",
+            "pad": {"t": 0, "b": 30 + SLIDER_ROW_PX * (rows - 1 - row)},
+            "transition": {"duration": 0},
+        })
+    return sliders
+
+
+def _make_room(changes: dict, extra_px: int) -> dict:
+    return {**changes, "height": changes["height"] + extra_px}
+
+
+def static_explorer(
+    *,
+    mha: MultiHeadAttention | None = None,
+    queries=None,
+    keys=None,
+    values=None,
+    tokens: object = None,
+    query_tokens: object = None,
+    key_tokens: object = None,
+    valid_lens: Sequence[int] | None = None,
+    num_heads: int | None = None,
+    num_hiddens: int = DEFAULT_NUM_HIDDENS,
+    sentences: Sequence[str] = DEFAULT_SENTENCES,
+    seed: int = 0,
+    max_cols: int = DEFAULT_MAX_COLS,
+    decimals: int = 4,
+) -> go.Figure:
+    """A self-contained plotly figure exploring head count and valid lengths without a kernel.
+
+    The arguments mean what they mean for :func:`mha_lib.viz.explore` (same defaults, same
+    weights); ``seed`` is fixed here. Sliders: "heads: " (head counts dividing num_hiddens) and
+    one "valid length (example b): " per example ("valid length: " for one example). The
+    states live in ``fig.layout.meta["explorer"]``: ``heads``, ``weights`` (see
+    :func:`explorer_states`), ``layouts`` (the layout changes per head count), ``batch_size``
+    and ``num_slots``. Moving a slider needs :data:`REDRAW_JS`, which
+    :func:`static_explorer_html` attaches.
+
+    Args:
+        decimals: weights are rounded to this many decimals to keep the page small.
+
+    Returns:
+        A ``plotly.graph_objects.Figure``.
+
+    Raises:
+        ValueError: as :func:`mha_lib.viz.explore`, or ``decimals`` not in 1..8.
+    """
+    if isinstance(decimals, bool) or not isinstance(decimals, int) or not 1 <= decimals <= 8:
+        raise ValueError(f"decimals must be an integer in 1..8, got {decimals!r}")
+    max_cols = _check_max_cols(max_cols)
+    source = make_source(mha=mha, queries=queries, keys=keys, values=values, tokens=tokens,
+                         query_tokens=query_tokens, key_tokens=key_tokens, valid_lens=valid_lens,
+                         sentences=sentences, num_hiddens=num_hiddens, seed=seed)
+    heads = list(source.head_choices)
+    if num_heads is None:
+        num_heads = 2 if 2 in heads else heads[0]
+    if num_heads not in heads:
+        raise ValueError(f"num_heads must be one of {heads}, got {num_heads!r}")
+    lens = list(source.scene.valid_lens)
+    states = explorer_states(source, seed=seed, decimals=decimals)
+    sliders = _sliders(source, heads.index(num_heads), lens)
+    extra_px = SLIDER_ROW_PX * -(-len(sliders) // SLIDERS_PER_ROW)
+    layouts = []
+    for H in heads:
+        traces, layout = source_parts(source, source.weights(H, lens, seed), lens, max_cols)
+        layouts.append(_make_room(layout_changes(layout, len(traces)), extra_px))
+    # The initial picture is the stored state, so the page shows exactly what the sliders do.
+    i = heads.index(num_heads)
+    traces, layout = source_parts(source, source.weights(num_heads, lens, seed), lens, max_cols)
+    for trace in traces:
+        b, h = trace["meta"]["example"], trace["meta"]["head"]
+        if trace["visible"]:
+            trace["z"] = states[i][b][lens[b]][h]
+    layout.update(
+        sliders=sliders,
+        height=layout["height"] + extra_px,
+        margin={**layout["margin"], "t": layout["margin"]["t"] + extra_px},
+        meta={"explorer": {"heads": heads, "weights": states, "layouts": layouts,
+                           "batch_size": source.scene.batch_size,
+                           "num_slots": max(heads)}},
+    )
+    return go.Figure(data=traces, layout=layout)
+
+
+def static_explorer_html(fig: go.Figure | None = None, **kwargs) -> str:
+    """HTML for the website: the static explorer's div (fixed id) and scripts, no plotly.js.
+
+    plotly.js is served by the book's own ``_static`` (see ``mha_lib.book.sphinx_ext``): the
+    HTML has no CDN link and no MathJax. Show it with ``IPython.display.HTML(...)``.
+
+    Args:
+        fig: a figure from :func:`static_explorer`; built from ``kwargs`` when None.
+    """
+    fig = static_explorer(**kwargs) if fig is None else fig
+    return fig.to_html(
+        include_plotlyjs=False, include_mathjax=False, full_html=False, div_id=DIV_ID,
+        post_script=REDRAW_JS, config={"displaylogo": False, "responsive": True},
+    )
