@@ -33,9 +33,7 @@ STUB_BODY = ("# YOUR CODE HERE", "raise NotImplementedError")
 EDITION_KEY = "student_edition"
 
 _FENCE = r"(?:`{3,}|:{3,})"
-_SOLUTION_START = re.compile(rf"^\s*{_FENCE}\{{solution-start\}}")
-_SOLUTION_END = re.compile(rf"^\s*{_FENCE}\{{solution-end\}}")
-_SOLUTION_BLOCK = re.compile(rf"^\s*{_FENCE}\{{solution\}}")
+_SOLUTION_DIRECTIVE = re.compile(rf"^\s*(?P<fence>{_FENCE})\{{(?P<kind>solution(?:-start|-end)?)\}}")
 _EXERCISE = re.compile(
     rf"^(?P<fence>{_FENCE})\{{exercise(?:-start)?\}}[ \t]*(?P<title>[^\n]*)\n"
     r"(?P<options>(?:[ \t]*:[\w-]+:[^\n]*\n)*)"
@@ -155,6 +153,36 @@ def plain_exercise(markdown: str) -> str:
     return _EXERCISE_END.sub("", _EXERCISE.sub(replace, markdown)).strip()
 
 
+def strip_solutions(markdown: str, in_solution: bool) -> tuple[str, bool]:
+    """Remove the solution directives and the prose of solutions from one markdown cell.
+
+    Args:
+        markdown: the cell's text.
+        in_solution: whether the cell starts inside a ``{solution-start}`` ... ``{solution-end}``.
+
+    Returns:
+        The text that students see, and whether the cell ends inside a solution.
+    """
+    lines = markdown.split("\n")
+    kept = []
+    i = 0
+    while i < len(lines):
+        match = _SOLUTION_DIRECTIVE.match(lines[i])
+        if match:
+            fence = match.group("fence")
+            i += 1
+            while i < len(lines) and lines[i].strip() != fence:  # skip to the closing fence
+                i += 1
+            i += 1
+            if match.group("kind") != "solution":
+                in_solution = match.group("kind") == "solution-start"
+            continue
+        if not in_solution:
+            kept.append(lines[i])
+        i += 1
+    return "\n".join(kept).strip(), in_solution
+
+
 def student_notebook(nb):
     """Return the student edition of a notebook (``nb`` is left unchanged)."""
     import nbformat
@@ -163,20 +191,9 @@ def student_notebook(nb):
     cells = []
     in_solution = False
     for cell in out.cells:
-        source = cell.source
-        if cell.cell_type == "markdown":
-            if _SOLUTION_START.match(source):
-                in_solution = True
-                continue
-            if _SOLUTION_END.match(source):
-                in_solution = False
-                continue
-            if in_solution or _SOLUTION_BLOCK.match(source):
-                continue  # the solution's prose
-            cell.source = plain_exercise(source)
-        elif cell.cell_type == "code":
+        if cell.cell_type == "code":
             if is_solution_cell(cell):
-                cell.source = stub_source(source)
+                cell.source = stub_source(cell.source)
                 tags = [t for t in cell.metadata.get("tags", []) if t != SOLUTION_TAG]
                 cell.metadata["tags"] = tags + ["student-stub"]
             elif in_solution:
@@ -184,8 +201,12 @@ def student_notebook(nb):
             cell.outputs = []
             cell.execution_count = None
             cell.metadata.pop("execution", None)
-        elif in_solution:
-            continue
+        else:
+            text, in_solution_after = strip_solutions(cell.source, in_solution)
+            in_solution = in_solution_after
+            if not text:
+                continue  # a directive or the solution's prose
+            cell.source = plain_exercise(text) if cell.cell_type == "markdown" else text
         cells.append(cell)
     out.cells = [nbformat.v4.new_markdown_cell(INTRO)] + cells
     out.metadata[EDITION_KEY] = True
