@@ -1,0 +1,130 @@
+"""Training: the accuracy target from scratch, determinism, the shipped weights, the model."""
+
+import io
+from dataclasses import replace
+
+import pytest
+import torch
+
+from mha_lib.models import (
+    DigitAttentionModel,
+    ModelConfig,
+    checkpoint,
+    from_checkpoint,
+    load_checkpoint,
+    load_pretrained,
+    pretrained_path,
+)
+from mha_lib.tasks import IGNORE_INDEX, make_batch
+from mha_lib.training import TrainConfig, accuracy, loss_fn, held_out_set, train
+
+TARGET = 0.95
+
+
+@pytest.fixture(scope="module")
+def examples():
+    return held_out_set()
+
+
+def test_retraining_from_scratch_reaches_the_target(examples):
+    threads = torch.get_num_threads()
+    log = io.StringIO()
+    result = train(TrainConfig(), progress=log)
+    assert result.test_accuracy >= TARGET
+    assert accuracy(result.model, examples) == result.test_accuracy
+    assert len(result.losses) == TrainConfig().steps
+    assert result.losses[-1] < result.losses[0] / 10
+    assert "step  1000/1000" in log.getvalue()
+    assert torch.get_num_threads() == threads  # train() restores the thread count
+
+
+def test_training_is_deterministic():
+    config = TrainConfig(steps=25, batch_size=16, model=ModelConfig(num_hiddens=16, num_heads=2, mlp_hiddens=16))
+    a, b = train(config, progress=False), train(config, progress=False)
+    assert a.losses == b.losses
+    for (name, x), (_, y) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
+        assert torch.equal(x, y), name
+    c = train(replace(config, seed=1), progress=False)
+    assert c.losses != a.losses
+
+
+def test_shipped_weights_reach_the_target(examples):
+    assert pretrained_path().stat().st_size < 1_000_000
+    model = load_pretrained()
+    assert not model.training
+    assert accuracy(model, examples) >= TARGET
+    record = load_checkpoint()["history"]
+    assert record["test_accuracy"] >= TARGET
+    assert record["losses"].shape == (record["train_config"]["steps"],)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    torch.manual_seed(0)
+    model = DigitAttentionModel(ModelConfig(num_hiddens=8, num_heads=2, mlp_hiddens=8))
+    torch.save(checkpoint(model, note="x"), tmp_path / "m.pt")
+    ckpt = torch.load(tmp_path / "m.pt", weights_only=True)
+    again = from_checkpoint(ckpt)
+    assert ckpt["note"] == "x" and again.config == model.config
+    batch = make_batch(4, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(again(batch.tokens, batch.valid_lens), model.eval()(batch.tokens, batch.valid_lens))
+
+
+def test_model_shapes_and_weights():
+    torch.manual_seed(0)
+    model = DigitAttentionModel().eval()
+    batch = make_batch(5, generator=torch.Generator().manual_seed(1))
+    logits, weights = model(batch.tokens, batch.valid_lens, need_weights=True)
+    assert logits.shape == (5, 12, 10) and weights.shape == (5, 4, 12, 12)
+    torch.testing.assert_close(logits, model(batch.tokens, batch.valid_lens))
+    # padding keys get no attention
+    padding = torch.arange(12) >= batch.valid_lens[:, None]  # (B, Lk)
+    assert (weights.masked_select(padding[:, None, None, :]) == 0).all()
+
+
+@pytest.mark.parametrize(
+    "tokens, match",
+    [
+        (torch.zeros(2, 3), "integer tensor"),
+        (torch.zeros(3, dtype=torch.long), "shape"),
+        (torch.zeros(1, 13, dtype=torch.long), "max_len"),
+        (torch.full((1, 3), 11), r"\[0, 10\]"),
+        (torch.full((1, 3), -1), r"\[0, 10\]"),
+    ],
+)
+def test_model_rejects_bad_tokens(tokens, match):
+    with pytest.raises(ValueError, match=match):
+        DigitAttentionModel()(tokens)
+
+
+def test_model_rejects_bad_config():
+    with pytest.raises(ValueError, match="config.num_heads"):
+        DigitAttentionModel(ModelConfig(num_heads=0))
+
+
+def test_loss_fn_per_example_and_mean():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 4)
+    targets = torch.tensor([[IGNORE_INDEX, 1, 2], [IGNORE_INDEX, 3, IGNORE_INDEX]])
+    logp = logits.log_softmax(-1)
+    ex0 = -(logp[0, 1, 1] + logp[0, 2, 2]) / 2
+    ex1 = -logp[1, 1, 3]
+    torch.testing.assert_close(loss_fn(logits, targets, "per_example"), torch.stack([ex0, ex1]))
+    torch.testing.assert_close(loss_fn(logits, targets), (2 * ex0 + ex1) / 3)
+    with pytest.raises(ValueError, match="reduction"):
+        loss_fn(logits, targets, "sum")
+
+
+def test_accuracy_counts_labelled_positions_only():
+    class Fixed(torch.nn.Module):
+        def forward(self, tokens, valid_lens, head_mask=None):
+            # always predicts digit 1
+            return torch.nn.functional.one_hot(torch.ones_like(tokens), 10).float()
+
+    batch = make_batch(1, generator=torch.Generator().manual_seed(0), min_len=4, max_len=4)
+    batch = replace(batch, targets=torch.tensor([[IGNORE_INDEX, 1, 1, 2]]))
+    assert accuracy(Fixed(), batch) == pytest.approx(2 / 3)
+
+
+def test_train_rejects_bad_config():
+    with pytest.raises(ValueError, match="config.steps"):
+        train(TrainConfig(steps=0), progress=False)
