@@ -80,6 +80,13 @@ def qkv(B, Lq, Lk, D, dtype):
             torch.randn(B, Lk, D, dtype=dtype))
 
 
+def seeded_mha_case(problem, bias):
+    """A seeded MultiHeadAttention (eval mode) and queries, keys, values for a problem."""
+    seed, dtype, B, H, d, Lq, Lk, _ = problem
+    torch.manual_seed(seed)
+    return make_mha(H * d, H, dtype, bias), qkv(B, Lq, Lk, H * d, dtype)
+
+
 # --- masking helpers -------------------------------------------------------------------------
 
 
@@ -166,12 +173,10 @@ def test_check_attention_mask_broadcasts_and_reads_integers():
 @FEW
 @given(problems(), st.booleans())
 def test_einsum_from_mha_equals_layernorm_of_mha_plus_q(problem, bias):
-    seed, dtype, B, H, d, Lq, Lk, valid_lens = problem
-    torch.manual_seed(seed)
+    _, dtype, _, H, d, Lq, Lk, valid_lens = problem
     D = H * d
-    mha = make_mha(D, H, dtype, bias)
+    mha, (q, k, v) = seeded_mha_case(problem, bias)
     block = EinsumMultiHeadAttention.from_mha(mha).eval()
-    q, k, v = qkv(B, Lq, Lk, D, dtype)
     mask = None
     if valid_lens is not None:
         mask = keep_to_padding(keep_mask_from_valid_lens(valid_lens, Lq, Lk))  # True = masked
@@ -260,13 +265,10 @@ def test_einsum_bad_input():
 @FEW
 @given(problems(), st.booleans())
 def test_haiku_from_mha_equals_mha(problem, bias):
-    seed, dtype, B, H, d, Lq, Lk, valid_lens = problem
-    torch.manual_seed(seed)
-    D = H * d
-    mha = make_mha(D, H, dtype, bias)
+    _, dtype, _, _, _, Lq, Lk, valid_lens = problem
+    mha, (q, k, v) = seeded_mha_case(problem, bias)
     module = HaikuStyleMultiheadAttention.from_mha(mha)
     assert not module.training
-    q, k, v = qkv(B, Lq, Lk, D, dtype)
     mask = None if valid_lens is None else keep_mask_from_valid_lens(valid_lens, Lq, Lk)
     values, attention = module(q, k, v, mask)
     ref, weights = mha(q, k, v, valid_lens, need_weights=True)

@@ -78,7 +78,7 @@ class HaikuStyleMultiheadAttention(nn.Module):
 
         Returns:
             ``(values, attention)``: (B, Lq, D) and (B, H, Lq, Lk). A query whose every key is
-            masked gets all-zero weights (Haiku's ``-9e15`` fill would spread them evenly).
+            masked gets all-zero weights (a large negative fill would spread them evenly).
         """
         check_qkv(q, k, v)
         for name, x in (("q", q), ("k", k), ("v", v)):
