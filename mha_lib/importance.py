@@ -1,0 +1,258 @@
+"""How much does each head matter? Entropy, ablation, gradient importance, and pruning.
+
+Two ways to measure a head's importance, both through the ``head_mask`` gates of
+:class:`~mha_lib.multihead.MultiHeadAttention` (gate ``xi_h`` multiplies head ``h``'s output
+before ``W_o``):
+
+* **ablation**: set one gate to 0 and measure how much accuracy drops;
+* **gradient importance** (Michel, Levy & Neubig, 2019, "Are Sixteen Heads Really Better than
+  One?"): ``I_h = E_x |dL(x) / d xi_h|`` at ``xi = 1``, a first-order estimate of how much the
+  loss would change if the head were removed, from a single backward pass.
+
+:func:`prune_heads` then removes heads for real: a smaller module with fewer parameters and
+the same output as the gated original.
+
+Shape legend
+    B   batch size
+    H   heads
+    Lq  queries, Lk key-value pairs
+    d   head size
+    D   output width of ``W_o``
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import partial
+from typing import Iterable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib.bench import Ratio, paired_ratio, time_paired
+from mha_lib.masking import check_valid_lens
+from mha_lib.multihead import MultiHeadAttention
+from mha_lib.tasks import TaskBatch
+from mha_lib.training import accuracy, loss_fn
+
+
+def attention_entropy(weights: Tensor, valid_lens: Tensor | Sequence[float] | None = None) -> Tensor:
+    """Mean entropy (in nats) of each head's attention distributions.
+
+    A head that always looks at one key has entropy 0; one that spreads evenly over ``n`` keys
+    has ``log n``. Only real queries count: with ``valid_lens`` (B,), query ``i`` of example
+    ``b`` is averaged in when ``i < valid_lens[b]``.
+
+    Shapes:
+        weights: (B, H, Lq, Lk), rows summing to 1 (or 0 for a query that sees nothing)
+        valid_lens: None or (B,)
+        returns: (H,)
+
+    Raises:
+        ValueError: weights not 4-D, or bad valid_lens.
+    """
+    check_tensor(weights, "weights", 4)
+    B, H, Lq, Lk = weights.shape
+    p = weights.clamp(min=0)
+    row_entropy = -(p * torch.log(p.clamp(min=torch.finfo(p.dtype).tiny))).sum(-1)  # (B, H, Lq)
+    valid_lens = check_valid_lens(valid_lens, B, Lq, Lk)
+    if valid_lens is None:
+        return row_entropy.mean(dim=(0, 2))
+    if valid_lens.dim() != 1:
+        raise ValueError(f"valid_lens must have shape (B,) = ({B},), got {tuple(valid_lens.shape)}")
+    real = (torch.arange(Lq) < valid_lens[:, None]).to(p.dtype)  # (B, Lq)
+    real = real[:, None, :]  # (B, Lq) -> (B, 1, Lq)
+    return (row_entropy * real).sum(dim=(0, 2)) / real.sum(dim=(0, 2)).clamp(min=1)
+
+
+def head_gates(num_heads: int, removed: Iterable[int] = ()) -> Tensor:
+    """Gates (H,) for ``head_mask``: 1 everywhere except 0 at the ``removed`` heads."""
+    H = check_positive_int(num_heads, "num_heads")
+    gates = torch.ones(H)
+    gates[_check_heads(removed, H, allow_all=True)] = 0.0
+    return gates
+
+
+def ablation_accuracies(model: nn.Module, batch: TaskBatch) -> Tensor:
+    """Accuracy of ``model`` with each head removed in turn (its gate set to 0).
+
+    Args:
+        model: has ``num_heads`` and accepts ``head_mask``, like
+            :class:`~mha_lib.models.DigitAttentionModel`.
+        batch: the evaluation examples.
+
+    Returns:
+        (H,): entry ``h`` is the accuracy without head ``h``.
+    """
+    H = model.num_heads
+    return torch.tensor([accuracy(model, batch, head_gates(H, [h])) for h in range(H)])
+
+
+def gradient_importance(model: nn.Module, batch: TaskBatch) -> Tensor:
+    """Michel et al.'s head importance ``I_h = E_x |dL(x) / d xi_h|`` at gates ``xi = 1``.
+
+    Every example gets its own row of gates, a (B, H) tensor of ones, so one backward pass
+    of the summed per-example losses gives each example's own gradient ``dL(x_b)/d xi_{b,h}``;
+    the absolute values are averaged over the batch. (Taking the absolute value per example
+    matters: averaging first would let positive and negative gradients cancel.)
+
+    Args:
+        model: accepts ``head_mask`` of shape (B, H) and returns logits (B, L, V).
+        batch: the examples the expectation runs over.
+
+    Returns:
+        (H,) non-negative importances.
+    """
+    was_training = model.training
+    model.eval()
+    gates = torch.ones(len(batch), model.num_heads, requires_grad=True)  # (B, H)
+    logits = model(batch.tokens, batch.valid_lens, head_mask=gates)
+    per_example = loss_fn(logits, batch.targets, reduction="per_example")  # (B,)
+    (grad,) = torch.autograd.grad(per_example.sum(), gates)  # (B, H)
+    model.train(was_training)
+    return grad.abs().mean(dim=0)
+
+
+def ranks(x: Tensor) -> Tensor:
+    """1-based ranks of a 1-D tensor, ties sharing their average rank: ``[10, 30, 20, 20] -> [1, 4, 2.5, 2.5]``."""
+    x = torch.as_tensor(x, dtype=torch.float64)
+    less = (x[None, :] < x[:, None]).sum(dim=1)  # how many are smaller than each entry
+    equal = (x[None, :] == x[:, None]).sum(dim=1)  # how many are equal (itself included)
+    return less + (equal + 1) / 2
+
+
+def spearman(a: Tensor | Sequence[float], b: Tensor | Sequence[float]) -> float:
+    """Spearman rank correlation: the Pearson correlation of the (tie-averaged) ranks.
+
+    Raises:
+        ValueError: a and b not 1-D of the same length >= 2, or one of them constant.
+    """
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    if a.dim() != 1 or a.shape != b.shape or a.numel() < 2:
+        raise ValueError(
+            f"a and b must be 1-D with the same length >= 2, got shapes {tuple(a.shape)} and {tuple(b.shape)}"
+        )
+    ra, rb = ranks(a) - ranks(a).mean(), ranks(b) - ranks(b).mean()
+    denom = ra.norm() * rb.norm()
+    if denom == 0:
+        raise ValueError("spearman is undefined when a or b is constant (all ranks tie)")
+    return float((ra @ rb) / denom)
+
+
+def _check_heads(heads: Iterable[int], num_heads: int, *, allow_all: bool = False) -> list[int]:
+    """Validate head indices: integers in [0, H), no duplicates (and not every head)."""
+    try:
+        heads = [int(h) for h in (heads.tolist() if isinstance(heads, Tensor) else heads)]
+    except (TypeError, ValueError):
+        raise ValueError(f"heads must be an iterable of integer head indices, got {heads!r}") from None
+    bad = [h for h in heads if not 0 <= h < num_heads]
+    if bad:
+        raise ValueError(f"heads must be indices in [0, {num_heads}) (H = {num_heads}), got {bad}")
+    if len(set(heads)) != len(heads):
+        raise ValueError(f"heads must not repeat an index, got {heads}")
+    if not allow_all and len(heads) == num_heads:
+        raise ValueError(f"cannot prune all {num_heads} heads (got {sorted(heads)}): keep at least one")
+    return heads
+
+
+def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAttention:
+    """A genuinely smaller copy of ``mha`` without the given heads.
+
+    Head ``h`` owns rows ``h*d:(h+1)*d`` of ``W_q``, ``W_k`` and ``W_v`` and the same columns
+    of ``W_o``. The copy keeps the other heads' rows and columns, so with ``H'`` heads left it
+    has ``W_q, W_k, W_v: (H'*d, in)`` and ``W_o: (D, H'*d)``: ``num_heads = H'``, the head size
+    ``d`` and the output width ``D`` unchanged. ``W_o`` is therefore no longer square, which
+    :class:`~mha_lib.multihead.MultiHeadAttention` supports (its ``num_hiddens`` and
+    ``head_size`` read ``W_q``). A module pruned before can be pruned again.
+
+    The output equals the original's with those heads gated to 0
+    (``mha(..., head_mask=head_gates(H, heads))``); the biases of ``W_o`` stay, as gating
+    does not touch them. Attention weights of the kept heads are unchanged.
+
+    Args:
+        mha: the module to prune (left untouched).
+        heads: indices in ``[0, H)`` to remove; no duplicates, and at least one head must stay.
+
+    Returns:
+        A new :class:`~mha_lib.multihead.MultiHeadAttention` in the same train/eval mode.
+
+    Raises:
+        ValueError: mha not a MultiHeadAttention, an unknown or repeated head index, or every
+            head listed.
+    """
+    if not isinstance(mha, MultiHeadAttention):
+        raise ValueError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
+    H, d = mha.num_heads, mha.head_size
+    removed = set(_check_heads(heads, H))
+    kept = [h for h in range(H) if h not in removed]
+    rows = torch.cat([torch.arange(h * d, (h + 1) * d) for h in kept])  # (H'*d,)
+    bias = mha.W_q.bias is not None
+    pruned = MultiHeadAttention(
+        key_size=mha.W_k.in_features,
+        query_size=mha.W_q.in_features,
+        value_size=mha.W_v.in_features,
+        num_hiddens=len(kept) * d,
+        num_heads=len(kept),
+        dropout=mha.attention.dropout.p,
+        bias=bias,
+    )
+    pruned.W_o = nn.Linear(len(kept) * d, mha.W_o.out_features, bias=mha.W_o.bias is not None)
+    with torch.no_grad():
+        for name in ("W_q", "W_k", "W_v"):
+            old, new = getattr(mha, name), getattr(pruned, name)
+            new.weight.copy_(old.weight[rows])  # (H*d, in) -> (H'*d, in)
+            if bias:
+                new.bias.copy_(old.bias[rows])  # (H*d,) -> (H'*d,)
+        pruned.W_o.weight.copy_(mha.W_o.weight[:, rows])  # (D, H*d) -> (D, H'*d)
+        if mha.W_o.bias is not None:
+            pruned.W_o.bias.copy_(mha.W_o.bias)
+    pruned.to(device=mha.W_q.weight.device, dtype=mha.W_q.weight.dtype)
+    return pruned.train(mha.training)
+
+
+def prune_model(model: nn.Module, heads: Iterable[int]) -> nn.Module:
+    """A copy of ``model`` whose ``attention`` layer has the given heads pruned away."""
+    smaller = copy.deepcopy(model)
+    smaller.attention = prune_heads(model.attention, heads)
+    return smaller
+
+
+def pruning_curve(model: nn.Module, batch: TaskBatch, order: Sequence[int]) -> list[float]:
+    """Accuracy while heads are pruned one after another in ``order``.
+
+    Returns:
+        ``H`` accuracies: with all heads, then without ``order[0]``, then without
+        ``order[:2]``, ..., down to the single head ``order[H-1]``.
+    """
+    H = model.num_heads
+    order = _check_heads(order, H, allow_all=True)
+    if len(order) != H:
+        raise ValueError(f"order must list every one of the {H} heads once, got {order}")
+    return [accuracy(model, batch)] + [
+        accuracy(prune_model(model, order[:k]), batch) for k in range(1, H)
+    ]
+
+
+def pruned_speedups(
+    reference: nn.Module, others: Sequence[nn.Module], batch: TaskBatch, *, repeats: int = 7
+) -> list[Ratio]:
+    """How many times faster each of ``others`` runs ``batch`` than ``reference`` (eval mode).
+
+    Uses :func:`mha_lib.bench.time_paired`: the models run in turns inside every repetition,
+    and each repetition gives one ratio ``t_reference / t_other``, so a burst of load from
+    another process slows both sides of a ratio alike. For reporting only: no test asserts a
+    time.
+
+    Returns:
+        One :class:`~mha_lib.bench.Ratio` (median, min, max over repetitions) per other model.
+    """
+    models = [reference, *others]
+    modes = [m.training for m in models]
+    fns = {f"model {i}": partial(m.eval(), batch.tokens, batch.valid_lens) for i, m in enumerate(models)}
+    try:
+        times = time_paired(fns, repeats=repeats)
+    finally:
+        for m, mode in zip(models, modes):
+            m.train(mode)
+    return [paired_ratio(times, "model 0", f"model {i}") for i in range(1, len(models))]

@@ -1,0 +1,224 @@
+"""Head importance: entropy, ablation, gradient importance, Spearman, pruning."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mha_lib.importance import (
+    ablation_accuracies,
+    attention_entropy,
+    gradient_importance,
+    head_gates,
+    prune_heads,
+    prune_model,
+    pruning_curve,
+    pruned_speedups,
+    ranks,
+    spearman,
+)
+from mha_lib.models import DigitAttentionModel, ModelConfig
+from mha_lib.multihead import MultiHeadAttention
+from mha_lib.tasks import TaskBatch, make_batch
+from mha_lib.training import accuracy, loss_fn
+
+
+@pytest.fixture(scope="module")
+def small():
+    torch.manual_seed(0)
+    model = DigitAttentionModel(ModelConfig(num_hiddens=12, num_heads=3, mlp_hiddens=16)).eval()
+    batch = make_batch(24, generator=torch.Generator().manual_seed(1))
+    return model, batch
+
+
+# --- entropy -----------------------------------------------------------------------------
+
+
+def test_entropy_of_known_distributions():
+    w = torch.zeros(1, 2, 2, 4)
+    w[0, 0, :, 0] = 1.0  # head 0: one-hot rows -> entropy 0
+    w[0, 1, :, :] = 0.25  # head 1: uniform over 4 keys -> log 4
+    torch.testing.assert_close(attention_entropy(w), torch.tensor([0.0, math.log(4)]))
+
+
+def test_entropy_ignores_padded_queries():
+    w = torch.zeros(1, 1, 3, 3)
+    w[0, 0, 0] = torch.tensor([0.5, 0.5, 0.0])  # real query: log 2
+    w[0, 0, 1] = torch.tensor([0.5, 0.5, 0.0])  # real query: log 2
+    w[0, 0, 2] = torch.tensor([1 / 3, 1 / 3, 1 / 3])  # padded query: must not count
+    torch.testing.assert_close(attention_entropy(w, torch.tensor([2])), torch.tensor([math.log(2)]))
+
+
+def test_entropy_rejects_bad_input():
+    with pytest.raises(ValueError, match="weights"):
+        attention_entropy(torch.zeros(2, 3, 3))
+    with pytest.raises(ValueError, match="valid_lens"):
+        attention_entropy(torch.zeros(1, 1, 3, 3), torch.tensor([4]))
+
+
+# --- gates, ablation, gradient importance ---------------------------------------------------
+
+
+def test_head_gates():
+    assert torch.equal(head_gates(4, [1, 3]), torch.tensor([1.0, 0.0, 1.0, 0.0]))
+    assert torch.equal(head_gates(2), torch.ones(2))
+    with pytest.raises(ValueError, match="heads"):
+        head_gates(2, [2])
+
+
+def test_ablation_matches_gating(small):
+    model, batch = small
+    drops = ablation_accuracies(model, batch)
+    assert drops.shape == (3,)
+    for h in range(3):
+        assert drops[h] == accuracy(model, batch, head_gates(3, [h]))
+
+
+def test_gradient_importance_is_the_mean_absolute_per_example_gradient(small):
+    model, batch = small
+    expected = torch.zeros(3)
+    for b in range(4):  # one example at a time, with (H,) gates
+        gates = torch.ones(3, requires_grad=True)
+        logits = model(batch.tokens[b : b + 1], batch.valid_lens[b : b + 1], head_mask=gates)
+        (grad,) = torch.autograd.grad(loss_fn(logits, batch.targets[b : b + 1]), gates)
+        expected += grad.abs() / 4
+    first4 = TaskBatch(batch.tokens[:4], batch.valid_lens[:4], batch.targets[:4])
+    got = gradient_importance(model, first4)
+    torch.testing.assert_close(got, expected)
+    assert (got > 0).all()
+
+
+def test_gradient_importance_is_zero_for_a_head_that_cannot_matter(small):
+    model, batch = small
+    with torch.no_grad():
+        dead = DigitAttentionModel(model.config).eval()
+        dead.load_state_dict(model.state_dict())
+        d = dead.attention.head_size
+        dead.attention.W_o.weight[:, d : 2 * d] = 0  # head 1 never reaches the output
+    imp = gradient_importance(dead, batch)
+    assert imp[1] == 0 and (imp[[0, 2]] > 0).all()
+
+
+# --- ranks and Spearman ---------------------------------------------------------------------
+
+
+def test_ranks_average_ties():
+    assert ranks(torch.tensor([10.0, 30.0, 20.0, 20.0])).tolist() == [1.0, 4.0, 2.5, 2.5]
+
+
+def test_spearman_by_hand():
+    # ranks of a: [1, 2, 3, 4]; ranks of b: [2, 1, 4, 3]; d = [-1, 1, -1, 1], sum d^2 = 4
+    # no ties: rho = 1 - 6 * 4 / (4 * (16 - 1)) = 1 - 24/60 = 0.6
+    assert spearman([1.0, 2.0, 3.0, 4.0], [20.0, 10.0, 40.0, 30.0]) == pytest.approx(0.6)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    # with a tie: ranks a = [1, 2.5, 2.5], b = [1, 2, 3]; centred a = [-1, 0.5, 0.5],
+    # centred b = [-1, 0, 1]; rho = (1 + 0 + 0.5) / (sqrt(1.5) * sqrt(2)) = 1.5 / sqrt(3)
+    assert spearman([0, 5, 5], [1, 2, 3]) == pytest.approx(1.5 / math.sqrt(3.0))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(-100, 100), min_size=2, max_size=8, unique=True))
+def test_spearman_is_invariant_under_monotone_maps(xs):
+    a = torch.tensor(xs, dtype=torch.float64)
+    b = torch.arange(len(xs), dtype=torch.float64)
+    assert spearman(a, b) == pytest.approx(spearman(torch.exp(a / 50), b * 3 + 1))
+    assert spearman(a, a) == pytest.approx(1.0)
+
+
+def test_spearman_rejects_bad_input():
+    with pytest.raises(ValueError, match="same length"):
+        spearman([1, 2, 3], [1, 2])
+    with pytest.raises(ValueError, match="constant"):
+        spearman([1, 1, 1], [1, 2, 3])
+
+
+# --- pruning ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    H=st.integers(2, 5),
+    d=st.integers(1, 4),
+    bias=st.booleans(),
+    data=st.data(),
+)
+def test_pruned_equals_gated(H, d, bias, data):
+    torch.manual_seed(data.draw(st.integers(0, 1000), label="seed"))
+    mha = MultiHeadAttention(5, 6, 7, H * d, H, dropout=0.0, bias=bias).eval()
+    heads = data.draw(st.lists(st.integers(0, H - 1), unique=True, max_size=H - 1), label="heads")
+    B, Lq, Lk = 2, 3, 4
+    q, k, v = torch.randn(B, Lq, 6), torch.randn(B, Lk, 5), torch.randn(B, Lk, 7)
+    valid_lens = data.draw(st.sampled_from([None, torch.tensor([4, 2]), torch.tensor([[1, 0, 4], [2, 3, 3]])]))
+    pruned = prune_heads(mha, heads)
+    kept = [h for h in range(H) if h not in heads]
+    assert pruned.num_heads == len(kept) and pruned.head_size == d
+    assert pruned.W_q.weight.shape == (len(kept) * d, 6) and pruned.W_o.weight.shape == (H * d, len(kept) * d)
+    gated = mha(q, k, v, valid_lens, head_mask=head_gates(H, heads))
+    torch.testing.assert_close(pruned(q, k, v, valid_lens), gated)
+    out, weights = pruned(q, k, v, valid_lens, need_weights=True)  # the clear path too
+    torch.testing.assert_close(out, gated)
+    _, all_weights = mha(q, k, v, valid_lens, need_weights=True)
+    torch.testing.assert_close(weights, all_weights[:, kept])
+
+
+def test_pruning_twice_equals_pruning_once():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 8, 8, 8, 4, dropout=0.0, bias=True).eval()
+    x = torch.randn(2, 3, 8)
+    twice = prune_heads(prune_heads(mha, [1]), [2])  # second call: old heads 0, 2, 3 -> drop 3
+    torch.testing.assert_close(twice(x, x, x), prune_heads(mha, [1, 3])(x, x, x))
+    assert twice.num_heads == 2 and twice.W_o.weight.shape == (8, 4)
+    assert mha.num_heads == 4 and mha.W_o.weight.shape == (8, 8)  # original untouched
+
+
+def test_pruned_module_keeps_training_mode_and_has_fewer_parameters():
+    mha = MultiHeadAttention(8, 8, 8, 8, 4, dropout=0.1).train()
+    pruned = prune_heads(mha, [0, 2])
+    assert pruned.training and pruned.attention.dropout.p == 0.1
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    # 2 of 4 heads (d = 2) go: 2*2 rows of W_q, W_k, W_v (8 inputs each), 2*2 columns of W_o
+    assert count(pruned) == count(mha) - 4 * (2 * 2) * 8 == 128
+
+
+@pytest.mark.parametrize(
+    "heads, match",
+    [([4], r"\[0, 4\)"), ([-1], r"\[0, 4\)"), ([1, 1], "repeat"), ([0, 1, 2, 3], "all 4 heads"), ("ab", "integer")],
+)
+def test_prune_heads_rejects_bad_heads(heads, match):
+    mha = MultiHeadAttention(8, 8, 8, 8, 4, dropout=0.0)
+    with pytest.raises(ValueError, match=match):
+        prune_heads(mha, heads)
+
+
+def test_prune_heads_rejects_other_modules():
+    with pytest.raises(ValueError, match="mha must be a MultiHeadAttention"):
+        prune_heads(torch.nn.Linear(2, 2), [0])
+
+
+def test_prune_model_and_pruning_curve(small):
+    model, batch = small
+    smaller = prune_model(model, [2])
+    assert smaller.num_heads == 2 and model.num_heads == 3
+    torch.testing.assert_close(
+        smaller(batch.tokens, batch.valid_lens),
+        model(batch.tokens, batch.valid_lens, head_mask=head_gates(3, [2])),
+    )
+    curve = pruning_curve(model, batch, [2, 0, 1])
+    assert curve == [
+        accuracy(model, batch),
+        accuracy(model, batch, head_gates(3, [2])),
+        accuracy(model, batch, head_gates(3, [2, 0])),
+    ]
+    with pytest.raises(ValueError, match="every one of the 3 heads"):
+        pruning_curve(model, batch, [2, 0])
+
+
+def test_pruned_speedups_returns_one_ratio_per_model_and_restores_modes(small):
+    model, batch = small
+    other = prune_model(model, [0]).train()
+    ratios = pruned_speedups(model, [other, model], batch, repeats=2)
+    assert len(ratios) == 2
+    assert all(0 < r.min <= r.median <= r.max and math.isfinite(r.max) for r in ratios)
+    assert other.training and not model.training
