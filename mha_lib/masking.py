@@ -148,12 +148,19 @@ def masked_softmax(X: Tensor, valid_lens: Tensor | Sequence[float] | None = None
     valid_lens = check_valid_lens(valid_lens, B, Lq, Lk)
     if valid_lens is None:
         return torch.softmax(X, dim=-1)
-    keep = keep_mask_from_valid_lens(valid_lens.to(X.device), Lq, Lk)  # (B, Lq, Lk)
+    valid_lens = valid_lens.to(X.device)
+    if bool((valid_lens == Lk).all()):
+        return torch.softmax(X, dim=-1)  # every key is valid: nothing to mask
+    # One length per example masks the same keys for every query: a (B, 1, Lk) mask that
+    # broadcasts over the queries is enough, and costs Lq times less to build than (B, Lq, Lk).
+    keep = keep_mask_from_valid_lens(valid_lens, Lq if valid_lens.dim() == 2 else 1, Lk)
+    # keep: (B, Lq, Lk) or (B, 1, Lk)
     # The most negative finite number, not -inf: a row with nothing to keep then stays finite
     # (uniform) inside the softmax, and the multiplication by `keep` below zeroes it.
-    scores = X.masked_fill(~keep, torch.finfo(X.dtype).min)
+    # (`torch.where` writes the new scores in one pass; `X.masked_fill` would copy X first.)
+    scores = torch.where(keep, X, torch.finfo(X.dtype).min)
     weights = torch.softmax(scores, dim=-1)
-    if (valid_lens == 0).any():
+    if bool((valid_lens == 0).any()):
         weights = weights * keep  # rows with valid length 0 -> all zeros
     return weights
 

@@ -143,15 +143,17 @@ class MultiHeadAttention(nn.Module):
         k = self.W_k(keys).view(B, Lk, H, d).transpose(1, 2)  # (B, Lk, D) -> (B, H, Lk, d)
         v = self.W_v(values).view(B, Lk, H, d).transpose(1, 2)  # (B, Lk, D) -> (B, H, Lk, d)
         keep = empty = None
-        if valid_lens is not None:
-            keep = keep_mask_from_valid_lens(valid_lens, Lq, Lk)[:, None]  # (B, 1, Lq, Lk)
-            empty = valid_lens == 0  # (B,) or (B, Lq)
-            if empty.dim() == 1:
-                empty = empty[:, None].expand(B, Lq)  # (B,) -> (B, Lq)
-            empty = empty[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
-            if empty.any():
+        if valid_lens is not None and not bool((valid_lens == Lk).all()):
+            # One length per example: a (B, 1, 1, Lk) keep mask broadcasts over heads and
+            # queries; per-query lengths need (B, 1, Lq, Lk).
+            per_query = valid_lens.dim() == 2
+            keep = keep_mask_from_valid_lens(valid_lens, Lq if per_query else 1, Lk)[:, None]
+            # keep: (B, 1, Lq, Lk) or (B, 1, 1, Lk)
+            empty = valid_lens == 0  # (B, Lq) or (B,)
+            if bool(empty.any()):
                 # SDPA turns a row with nothing to keep into NaN: let it attend anywhere,
                 # then zero its output, as the clear path does.
+                empty = empty.reshape(B, 1, -1, 1)  # (B, Lq) or (B,) -> (B, 1, Lq or 1, 1)
                 keep = keep | empty
             else:
                 empty = None

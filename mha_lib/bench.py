@@ -1,0 +1,585 @@
+"""What attention costs on a CPU: contenders, paired timers, FLOP counts and peak memory.
+
+Shape legend
+    B   batch size
+    H   number of heads
+    Lq  number of queries
+    Lk  number of key-value pairs
+    d   head size, D / H
+    D   model width (queries, keys and values all have D features here)
+
+Run ``python -m mha_lib.bench`` for the full table of the book's chapter "What attention
+costs" (``--quick`` for a run of a few seconds, ``--help`` for the options).
+
+Timings on a shared machine are noisy. Every comparison here is therefore a *paired ratio*:
+the contenders run in turn inside the same repetition (in a rotating order), each repetition
+gives one ratio, and the table reports the median ratio with its minimum and maximum. A burst
+of load from another process slows both sides of a ratio alike, so the ratio stays put while
+raw seconds would not.
+
+The contenders, all with the same weights and inputs:
+
+* ``weights``: ``MultiHeadAttention(..., need_weights=True)``, the clear d2l.ai path that
+  materialises the (B, H, Lq, Lk) attention weights;
+* ``fast``: ``MultiHeadAttention(...)``, the path through ``F.scaled_dot_product_attention``;
+* ``limit``: the least any implementation must do, three ``nn.Linear`` projections, a bare
+  ``F.scaled_dot_product_attention`` with a precomputed mask, and the output projection;
+* ``torch``: ``nn.MultiheadAttention(need_weights=False)`` with a ``key_padding_mask``;
+* ``torch_weights``: ``nn.MultiheadAttention(need_weights=True, average_attn_weights=False)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mha_lib._checks import check_positive_int
+from mha_lib.interop import to_torch_mha
+from mha_lib.masking import keep_mask_from_valid_lens, padding_mask_from_valid_lens
+from mha_lib.multihead import MultiHeadAttention
+
+__all__ = [
+    "CONTENDER_LABELS",
+    "FULL_SIZES",
+    "QUICK_SIZES",
+    "TARGETS",
+    "Case",
+    "Ratio",
+    "Row",
+    "Sizes",
+    "benchmark",
+    "check_agreement",
+    "flop_count",
+    "format_memory_table",
+    "format_table",
+    "loglog_slope",
+    "make_case",
+    "make_contenders",
+    "make_modules",
+    "memory_table",
+    "paired_ratio",
+    "peak_memory",
+    "split_contenders",
+    "time_paired",
+    "weights_bytes",
+]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """One problem size: B examples, Lq queries, Lk key-value pairs, width D, H heads."""
+
+    B: int
+    Lq: int
+    Lk: int
+    D: int
+    H: int
+
+    def __post_init__(self) -> None:
+        for name in ("B", "Lq", "Lk", "D", "H"):
+            check_positive_int(getattr(self, name), name)
+        if self.D % self.H:
+            raise ValueError(f"D ({self.D}) must be divisible by H ({self.H})")
+
+    @property
+    def d(self) -> int:
+        """The head size D / H."""
+        return self.D // self.H
+
+    def __str__(self) -> str:
+        return f"({self.B}, {self.Lq}, {self.Lk}, {self.D}, {self.H})"
+
+
+#: The sizes of the full table, (B, Lq, Lk, D, H).
+FULL_SIZES = (Sizes(8, 128, 128, 256, 8), Sizes(8, 512, 512, 512, 8), Sizes(2, 1024, 2048, 512, 8))
+#: Small sizes for ``--quick`` and for the chapter.
+QUICK_SIZES = (Sizes(4, 64, 64, 128, 4), Sizes(2, 256, 256, 128, 4))
+
+#: How the contenders are called in tables and plots.
+CONTENDER_LABELS = {
+    "weights": "MultiHeadAttention(need_weights=True)",
+    "fast": "MultiHeadAttention (fast path)",
+    "limit": "limit: Linear x3 + bare SDPA + Linear",
+    "torch": "nn.MultiheadAttention(need_weights=False)",
+    "torch_weights": "nn.MultiheadAttention(need_weights=True)",
+}
+
+#: The ratios the table reports: (numerator, denominator, target or None).
+TARGETS: tuple[tuple[str, str, float | None], ...] = (
+    ("fast", "limit", 1.10),
+    ("fast", "torch", 0.60),
+    ("weights", "torch_weights", 1.00),
+    ("weights", "fast", None),
+)
+
+
+@dataclass
+class Case:
+    """Inputs for one benchmark case.
+
+    Shapes:
+        queries: (B, Lq, D); keys, values: (B, Lk, D); valid_lens: None or (B,)
+    """
+
+    sizes: Sizes
+    queries: Tensor
+    keys: Tensor
+    values: Tensor
+    valid_lens: Tensor | None
+
+
+def make_case(
+    sizes: Sizes, *, masked: bool, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> Case:
+    """Random inputs for ``sizes``; with ``masked``, random valid lengths in [1, Lk].
+
+    Queries, keys and values are three different tensors (cross-attention), so that no
+    contender can take a self-attention shortcut the others cannot.
+    """
+    g = torch.Generator().manual_seed(seed)
+    B, Lq, Lk, D = sizes.B, sizes.Lq, sizes.Lk, sizes.D
+    queries = torch.randn(B, Lq, D, generator=g, dtype=dtype)
+    keys = torch.randn(B, Lk, D, generator=g, dtype=dtype)
+    values = torch.randn(B, Lk, D, generator=g, dtype=dtype)
+    valid_lens = torch.randint(1, Lk + 1, (B,), generator=g) if masked else None
+    return Case(sizes, queries, keys, values, valid_lens)
+
+
+def make_modules(
+    sizes: Sizes, *, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> tuple[MultiHeadAttention, nn.MultiheadAttention]:
+    """A ``MultiHeadAttention`` and an ``nn.MultiheadAttention`` with the same weights, in eval mode.
+
+    Both have no biases; :func:`mha_lib.interop.to_torch_mha` copies the weights across.
+    """
+    D, H = sizes.D, sizes.H
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        mha = MultiHeadAttention(D, D, D, D, H, dropout=0.0).to(dtype).eval()
+    return mha, to_torch_mha(mha)
+
+
+def make_contenders(case: Case, *, seed: int = 0) -> dict[str, Callable[[], Tensor]]:
+    """The five contenders of the module docstring as argument-free callables.
+
+    Each returns its output (B, Lq, D); ``weights`` and ``torch_weights`` return
+    ``(output, weights)`` with weights (B, H, Lq, Lk). The masks that ``limit`` and ``torch``
+    take in their own format are built once, outside the calls, as a user would.
+    """
+    s = case.sizes
+    mha, ref = make_modules(s, seed=seed, dtype=case.queries.dtype)
+    q, k, v, valid_lens = case.queries, case.keys, case.values, case.valid_lens
+    padding = keep = None
+    if valid_lens is not None:
+        padding = padding_mask_from_valid_lens(valid_lens, s.Lk)  # (B, Lk)
+        keep = keep_mask_from_valid_lens(valid_lens, 1, s.Lk)[:, None]  # (B, 1, 1, Lk)
+    B, Lq, Lk, H, d = s.B, s.Lq, s.Lk, s.H, s.d
+
+    def limit() -> Tensor:
+        qh = mha.W_q(q).view(B, Lq, H, d).transpose(1, 2)  # (B, Lq, D) -> (B, H, Lq, d)
+        kh = mha.W_k(k).view(B, Lk, H, d).transpose(1, 2)  # (B, Lk, D) -> (B, H, Lk, d)
+        vh = mha.W_v(v).view(B, Lk, H, d).transpose(1, 2)  # (B, Lk, D) -> (B, H, Lk, d)
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=keep)  # (B, H, Lq, d)
+        return mha.W_o(out.transpose(1, 2).reshape(B, Lq, H * d))  # (B, H, Lq, d) -> (B, Lq, D)
+
+    return {
+        "weights": lambda: mha(q, k, v, valid_lens, need_weights=True),
+        "fast": lambda: mha(q, k, v, valid_lens),
+        "limit": limit,
+        "torch": lambda: ref(q, k, v, key_padding_mask=padding, need_weights=False)[0],
+        "torch_weights": lambda: ref(
+            q, k, v, key_padding_mask=padding, need_weights=True, average_attn_weights=False
+        ),
+    }
+
+
+def check_agreement(contenders: Mapping[str, Callable[[], Tensor]], **tolerances) -> None:
+    """Assert that every contender computes the same output (and the same weights, if any).
+
+    Raises:
+        AssertionError: from ``torch.testing.assert_close``, naming the contender.
+    """
+    with torch.inference_mode():
+        results = {name: fn() for name, fn in contenders.items()}
+    outputs = {n: r[0] if isinstance(r, tuple) else r for n, r in results.items()}
+    weights = {n: r[1] for n, r in results.items() if isinstance(r, tuple)}
+    for group in (outputs, weights):
+        first, *others = group
+        for name in others:
+            torch.testing.assert_close(
+                group[name], group[first], **tolerances, msg=lambda m, n=name: f"{n}: {m}"
+            )
+
+
+def time_paired(
+    fns: Mapping[str, Callable[[], object]],
+    *,
+    repeats: int = 7,
+    min_time: float = 0.05,
+    blocks: int = 3,
+    warmup: int = 1,
+) -> dict[str, list[float]]:
+    """Seconds per call of each function, one number per repetition, measured in turns.
+
+    A *block* runs one function ``number`` times in a row; ``number`` is chosen once, so that
+    a block of the slowest function takes about ``min_time / blocks`` seconds. In every
+    repetition the functions take turns block by block (A B C A B C ...), starting from a
+    different function each time, and a function's time for the repetition is its fastest
+    block: a burst of load from another process lengthens some blocks, never shortens one.
+
+    Returns:
+        ``{name: [seconds per call in repetition 0, 1, ...]}``.
+    """
+    check_positive_int(repeats, "repeats")
+    check_positive_int(blocks, "blocks")
+    if not fns:
+        raise ValueError("fns must hold at least one function, got none")
+    names = list(fns)
+    with torch.inference_mode():
+        for fn in fns.values():
+            for _ in range(warmup):
+                fn()
+        slowest = 0.0
+        for fn in fns.values():
+            start = time.perf_counter()
+            fn()
+            slowest = max(slowest, time.perf_counter() - start)
+        number = max(1, math.ceil(min_time / blocks / max(slowest, 1e-9)))
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(repeats):
+            shift = r % len(names)
+            order = names[shift:] + names[:shift]
+            best = dict.fromkeys(names, math.inf)
+            for _ in range(blocks):
+                for name in order:
+                    fn = fns[name]
+                    start = time.perf_counter()
+                    for _ in range(number):
+                        fn()
+                    best[name] = min(best[name], (time.perf_counter() - start) / number)
+            for name in names:
+                times[name].append(best[name])
+    return times
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """Median, minimum and maximum of per-repetition time ratios."""
+
+    median: float
+    min: float
+    max: float
+
+    def __str__(self) -> str:
+        return f"{self.median:.2f} [{self.min:.2f}-{self.max:.2f}]"
+
+
+def paired_ratio(times: Mapping[str, Sequence[float]], num: str, den: str) -> Ratio:
+    """The ratio time[num] / time[den], repetition by repetition, summarised."""
+    ratios = [a / b for a, b in zip(times[num], times[den], strict=True)]
+    return Ratio(statistics.median(ratios), min(ratios), max(ratios))
+
+
+@dataclass
+class Row:
+    """One line of the table: a size, with or without valid lengths, and its ratios."""
+
+    sizes: Sizes
+    masked: bool
+    ratios: dict[tuple[str, str], Ratio]
+    seconds: dict[str, float] = field(default_factory=dict)  # median seconds per call
+
+
+def benchmark(
+    sizes: Iterable[Sizes] = FULL_SIZES,
+    *,
+    masked: Sequence[bool] = (False, True),
+    repeats: int = 7,
+    min_time: float = 0.05,
+    contenders: Sequence[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    seed: int = 0,
+) -> list[Row]:
+    """Time the contenders on every size, without and with valid lengths.
+
+    Args:
+        sizes: the problem sizes.
+        masked: for each size, run without (False) and/or with (True) random valid lengths.
+        repeats: repetitions, i.e. ratios per cell of the table.
+        min_time: seconds the slowest contender spends in one repetition.
+        contenders: which contenders to run (default: all five); only the ratios of
+            :data:`TARGETS` whose two sides both ran appear in the rows.
+        progress: called with a short message before each case (e.g. to print a progress line).
+        seed: seed of the inputs and the weights.
+
+    Returns:
+        One :class:`Row` per (size, masked) pair.
+    """
+    rows = []
+    cases = [(s, m) for s in sizes for m in masked]
+    for i, (s, m) in enumerate(cases):
+        if progress is not None:
+            progress(f"[{i + 1}/{len(cases)}] {s} {'valid_lens' if m else 'no mask'}")
+        fns = make_contenders(make_case(s, masked=m, seed=seed), seed=seed)
+        if contenders is not None:
+            fns = {name: fns[name] for name in contenders}
+        times = time_paired(fns, repeats=repeats, min_time=min_time)
+        ratios = {
+            (a, b): paired_ratio(times, a, b) for a, b, _ in TARGETS if a in times and b in times
+        }
+        seconds = {name: statistics.median(t) for name, t in times.items()}
+        rows.append(Row(s, m, ratios, seconds))
+    return rows
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """The ratio table as text: median [min-max] per cell, ``ok``/``MISS`` against targets."""
+    columns = [(a, b, t) for a, b, t in TARGETS if any((a, b) in r.ratios for r in rows)]
+    head = ["(B, Lq, Lk, D, H)", "valid_lens"] + [
+        f"{a}/{b}" + (f" <= {t:.2f}" if t is not None else "") for a, b, t in columns
+    ]
+    lines = []
+    for r in rows:
+        cells = [str(r.sizes), "random" if r.masked else "none"]
+        for a, b, t in columns:
+            ratio = r.ratios.get((a, b))
+            if ratio is None:
+                cells.append("-")
+            else:
+                mark = "" if t is None else (" ok" if ratio.median <= t else " MISS")
+                cells.append(f"{ratio}{mark}")
+        lines.append(cells)
+    widths = [max(len(c[i]) for c in [head, *lines]) for i in range(len(head))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*c) for c in lines]
+    return "\n".join(out)
+
+
+# --- where the time goes -------------------------------------------------------------------
+
+
+def flop_count(sizes: Sizes) -> dict[str, int]:
+    """Floating-point operations of one forward pass (a multiply-add counts as 2).
+
+    Returns:
+        ``{"projections": ..., "scores": ..., "weighted sum": ...}``: the four D x D
+        projections cost 2 B (2 Lq + 2 Lk) D^2, the scores Q K^T of all heads 2 B Lq Lk D,
+        and the weighted sum of the values another 2 B Lq Lk D. (The softmax, a few
+        operations per score, is left out.)
+    """
+    B, Lq, Lk, D = sizes.B, sizes.Lq, sizes.Lk, sizes.D
+    return {
+        "projections": 2 * B * (2 * Lq + 2 * Lk) * D * D,  # W_q, W_o on Lq rows; W_k, W_v on Lk
+        "scores": 2 * B * Lq * Lk * D,  # H heads x (Lq x d) @ (d x Lk), with H d = D
+        "weighted sum": 2 * B * Lq * Lk * D,  # H heads x (Lq x Lk) @ (Lk x d)
+    }
+
+
+def split_contenders(case: Case, *, seed: int = 0) -> dict[str, Callable[[], object]]:
+    """The two halves of the fast path, to time apart.
+
+    ``projections`` runs the four ``nn.Linear`` layers (W_q, W_k, W_v on the inputs and W_o
+    on a (B, Lq, D) tensor); ``attention`` runs only ``F.scaled_dot_product_attention`` on
+    projected, head-split inputs (with the valid lengths as a keep mask, if any).
+    """
+    s = case.sizes
+    mha, _ = make_modules(s, seed=seed, dtype=case.queries.dtype)
+    with torch.no_grad():
+        q = mha.W_q(case.queries).view(s.B, s.Lq, s.H, s.d).transpose(1, 2)  # (B, H, Lq, d)
+        k = mha.W_k(case.keys).view(s.B, s.Lk, s.H, s.d).transpose(1, 2)  # (B, H, Lk, d)
+        v = mha.W_v(case.values).view(s.B, s.Lk, s.H, s.d).transpose(1, 2)  # (B, H, Lk, d)
+    keep = None
+    if case.valid_lens is not None:
+        keep = keep_mask_from_valid_lens(case.valid_lens, 1, s.Lk)[:, None]  # (B, 1, 1, Lk)
+    concat = torch.zeros(s.B, s.Lq, s.D, dtype=case.queries.dtype)
+
+    def projections() -> tuple[Tensor, ...]:
+        return mha.W_q(case.queries), mha.W_k(case.keys), mha.W_v(case.values), mha.W_o(concat)
+
+    return {
+        "projections": projections,
+        "attention": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=keep),
+    }
+
+
+def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """Least-squares slope of log(y) against log(x): the exponent p in y ~ c x^p."""
+    if len(x) != len(y) or len(x) < 2:
+        raise ValueError(f"x and y must have the same length >= 2, got {len(x)} and {len(y)}")
+    if min(x) <= 0 or min(y) <= 0:
+        raise ValueError("x and y must be positive to take logarithms")
+    lx = [math.log(v) for v in x]
+    ly = [math.log(v) for v in y]
+    mx, my = statistics.fmean(lx), statistics.fmean(ly)
+    sxx = sum((a - mx) ** 2 for a in lx)
+    if sxx == 0:
+        raise ValueError("x must hold at least two different values")
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sxx
+
+
+# --- memory ----------------------------------------------------------------------------------
+
+
+def weights_bytes(sizes: Sizes, dtype: torch.dtype = torch.float32) -> int:
+    """Bytes of the attention weights (B, H, Lq, Lk) that ``need_weights=True`` materialises."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return sizes.B * sizes.H * sizes.Lq * sizes.Lk * itemsize
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 (the profiler's C++ start/stop log lines)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def peak_memory(fn: Callable[[], object]) -> int:
+    """Peak bytes that ``fn()`` holds at once on the CPU, above what was allocated before.
+
+    Measured with ``torch.profiler`` (``profile_memory=True``): every allocation and free
+    inside the call is an event; the running sum of their sizes, in time order, peaks at the
+    returned number. It counts the tensors the call returns (they are alive at its end), and
+    allocations inside fused kernels too.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.inference_mode(), _quiet_stderr():
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            result = fn()
+        del result
+    events = prof.profiler.kineto_results.events()
+    deltas = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    peak = current = 0
+    for _, nbytes in deltas:
+        current += nbytes
+        peak = max(peak, current)
+    return peak
+
+
+def memory_table(
+    lengths: Sequence[int] = (256, 512, 1024, 2048), *, B: int = 2, D: int = 256, H: int = 8
+) -> list[dict[str, int]]:
+    """Peak memory of the weights path and of the fast path as the sequence grows (Lq = Lk = L).
+
+    Returns:
+        One dict per length: ``L``, ``weights_bytes`` (B H L^2 floats, analytic),
+        ``peak_weights`` and ``peak_fast`` (measured by :func:`peak_memory`, in bytes).
+    """
+    rows = []
+    for L in lengths:
+        s = Sizes(B, L, L, D, H)
+        fns = make_contenders(make_case(s, masked=True), seed=0)
+        rows.append(
+            {
+                "L": L,
+                "weights_bytes": weights_bytes(s),
+                "peak_weights": peak_memory(fns["weights"]),
+                "peak_fast": peak_memory(fns["fast"]),
+            }
+        )
+    return rows
+
+
+def format_memory_table(rows: Sequence[Mapping[str, int]], *, B: int, D: int, H: int) -> str:
+    """The memory table as text, in MiB."""
+    mib = 2**20
+    lines = [
+        f"Peak memory, B={B} D={D} H={H}, Lq = Lk = L (MiB; weights = B*H*L*L*4 bytes)",
+        f"{'L':>6}  {'weights':>9}  {'peak weights path':>17}  {'peak fast path':>14}  {'ratio':>6}",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['L']:>6}  {r['weights_bytes'] / mib:>9.1f}  {r['peak_weights'] / mib:>17.1f}"
+            f"  {r['peak_fast'] / mib:>14.1f}  {r['peak_weights'] / max(r['peak_fast'], 1):>6.1f}"
+        )
+    return "\n".join(lines)
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+def _parse_sizes(text: str) -> Sizes:
+    try:
+        values = [int(v) for v in text.replace("(", "").replace(")", "").split(",")]
+        return Sizes(*values)
+    except (TypeError, ValueError) as err:
+        raise argparse.ArgumentTypeError(
+            f"a size is B,Lq,Lk,D,H (five integers, H dividing D), got {text!r}: {err}"
+        ) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m mha_lib.bench``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m mha_lib.bench",
+        description="Paired time ratios of multi-head attention implementations on the CPU, "
+        "and peak memory of the weights path against the fused path.",
+    )
+    parser.add_argument(
+        "--size", type=_parse_sizes, action="append", metavar="B,Lq,Lk,D,H",
+        help="a problem size (repeatable); default: the three sizes of the chapter",
+    )
+    parser.add_argument("--repeats", type=int, default=None, help="ratios per cell (default 9)")
+    parser.add_argument(
+        "--min-time", type=float, default=None,
+        help="seconds the slowest contender runs per repetition (default 0.2)",
+    )
+    parser.add_argument(
+        "--memory-lengths", type=int, nargs="*", default=None, metavar="L",
+        help="sequence lengths of the memory table (default 256 512 1024 2048; none to skip)",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
+    args = parser.parse_args(argv)
+
+    if args.threads is not None:
+        torch.set_num_threads(check_positive_int(args.threads, "--threads"))
+    sizes = args.size or (QUICK_SIZES if args.quick else FULL_SIZES)
+    repeats = args.repeats or (3 if args.quick else 9)
+    min_time = args.min_time if args.min_time is not None else (0.01 if args.quick else 0.2)
+    lengths = args.memory_lengths
+    if lengths is None:
+        lengths = [64, 128] if args.quick else [256, 512, 1024, 2048]
+    mem = dict(B=2, D=64, H=4) if args.quick else dict(B=2, D=256, H=8)
+
+    def progress(message: str) -> None:
+        print(f"\r{message:<60}", end="", file=sys.stderr, flush=True)
+
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"median [min-max] of {repeats} paired time ratios",
+        flush=True,
+    )
+    rows = benchmark(sizes, repeats=repeats, min_time=min_time, progress=progress)
+    print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+    print(format_table(rows), flush=True)
+    if lengths:
+        progress("memory ...")
+        mrows = memory_table(lengths, **mem)
+        print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+        print()
+        print(format_memory_table(mrows, **mem))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
