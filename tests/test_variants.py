@@ -292,6 +292,17 @@ def test_haiku_tutorial_shapes_and_integer_mask():
     assert all(torch.all(b == 0) for b in (lin.bias for lin in module.lin_projs))
 
 
+def test_haiku_fully_masked_row_is_zero_not_nan():
+    torch.manual_seed(0)
+    module = HaikuStyleMultiheadAttention(4, 2)
+    x = torch.randn(2, 3, 4)
+    keep = torch.ones(2, 3, 3, dtype=torch.bool)
+    keep[1] = False  # example 1 may look at nothing
+    values, attention = module(x, x, x, keep)
+    assert not values.isnan().any() and (attention[1] == 0).all()
+    torch.testing.assert_close(values[1], module.lin_projs[-1].bias.expand(3, 4))  # only the bias
+
+
 def test_haiku_bad_input():
     with pytest.raises(ValueError, match=r"d_model \(10\) must be divisible by num_heads \(3\)"):
         HaikuStyleMultiheadAttention(10, 3)
