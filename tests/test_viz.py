@@ -263,7 +263,10 @@ def test_seeded_model_keeps_global_rng_and_projections_across_head_counts():
 def test_static_explorer_states_are_mha_weights():
     fig = static_explorer()
     ex = fig.layout.meta["explorer"]
-    assert ex["heads"] == [1, 2, 4, 8] and ex["batch_size"] == 2 and ex["num_slots"] == 8
+    assert ex["heads"] == [1, 2, 4, 8] and ex["batch_size"] == 2
+    assert [len(t) for t in ex["traces"]] == [2, 4, 8, 16]  # B*H panels per head count
+    assert all("z" not in t for ts in ex["traces"] for t in ts)  # weights only in the states
+    assert len(fig.data) == 4  # the initial head count, no hidden panels
     prefixes = [s.currentvalue.prefix for s in fig.layout.sliders]
     assert prefixes == ["heads: ", "valid length (example 0): ", "valid length (example 1): "]
     for i, H in enumerate(ex["heads"]):
@@ -291,3 +294,14 @@ def test_static_explorer_single_example_and_html():
         static_explorer(decimals=0)
     source = make_source(queries=x, num_hiddens=4)
     assert source.head_choices == (1, 2, 4)
+
+
+def test_attention_weights_restores_mode_and_threads():
+    from mha_lib.viz.scene import attention_weights
+
+    scene = sentence_scene()
+    mha = seeded_model(scene, 2, 8, seed=0).train()
+    threads = torch.get_num_threads()
+    w = attention_weights(mha, scene, [6, 4])
+    assert mha.training and torch.get_num_threads() == threads
+    assert w.shape == (2, 2, 6, 6) and not w.requires_grad

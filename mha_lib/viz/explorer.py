@@ -25,10 +25,13 @@ from mha_lib.viz.layout import axis_names
 from mha_lib.viz.scene import DEFAULT_NUM_HIDDENS, DEFAULT_SENTENCES, Source, make_source
 
 
-def source_parts(source: Source, weights: Tensor, valid_lens: Sequence[int], max_cols: int):
-    """Traces and layout for the weights of ``source`` with room for its largest head count.
+def source_parts(source: Source, weights: Tensor, valid_lens: Sequence[int], max_cols: int,
+                 num_slots: int | None = None):
+    """Traces and layout for the weights of ``source``, masked keys from ``valid_lens``.
 
-    Masked keys come from ``valid_lens``; hidden slots stand ready for other head counts.
+    Args:
+        num_slots: heads the figure has room for; default the largest head count of
+            ``source``, so that hidden slots stand ready for any other head count.
     """
     scene = source.scene
     B, Lq, Lk = scene.batch_size, scene.queries.shape[1], scene.num_keys
@@ -37,7 +40,7 @@ def source_parts(source: Source, weights: Tensor, valid_lens: Sequence[int], max
     return heatmap_parts(
         weights.double().numpy(), masked, query_labels=scene.query_tokens,
         key_labels=scene.key_tokens, max_cols=max_cols,
-        num_slots=max(source.head_choices), masked_note=True,
+        num_slots=max(source.head_choices) if num_slots is None else num_slots, masked_note=True,
     )
 
 

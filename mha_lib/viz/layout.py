@@ -54,7 +54,7 @@ def panels(num_examples: int, num_heads: int, max_cols: int) -> list[Panel]:
     rows_per_example, cols = grid_shape(num_heads, max_cols)
     rows = num_examples * rows_per_example
     total_px = rows * ROW_PX
-    x_gap = 0.06 if cols > 1 else 0.0
+    x_gap = 0.08 if cols > 1 else 0.0
     width = (1 - x_gap * (cols - 1)) / cols
     out = []
     for b in range(num_examples):

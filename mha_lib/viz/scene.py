@@ -15,6 +15,7 @@ Shape legend
 from __future__ import annotations
 
 import numbers
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -146,7 +147,7 @@ def seeded_model(scene: Scene, num_heads: int, num_hiddens: int, seed: int) -> M
     projection matrices do not depend on ``num_heads`` (they are D x D either way): changing
     the head count only changes how the same projections are split into heads.
     """
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), single_thread():
         torch.manual_seed(seed)
         return MultiHeadAttention(
             key_size=scene.keys.shape[-1], query_size=scene.queries.shape[-1],
@@ -155,11 +156,28 @@ def seeded_model(scene: Scene, num_heads: int, num_hiddens: int, seed: int) -> M
         ).eval()
 
 
+@contextmanager
+def single_thread():
+    """Run torch on one thread inside the block, then restore the thread count.
+
+    The explorers' tensors are tiny: waking torch's worker threads costs far more than the
+    arithmetic (measured on a busy 2-core machine: a (4, 6, 6) softmax took 22 ms with 2
+    threads, 0.004 ms with 1), and a slider must answer within a few milliseconds.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def attention_weights(mha: MultiHeadAttention, scene: Scene, valid_lens: Sequence[int]) -> Tensor:
     """The per-head attention weights of ``mha`` on ``scene`` with the given valid lengths.
 
     Runs ``mha(queries, keys, values, valid_lens, need_weights=True)`` in eval mode (no dropout)
-    without gradients, and puts the module back in the mode it was in.
+    without gradients, on one thread (:func:`single_thread`), and puts the module back in the
+    mode it was in.
 
     Returns:
         (B, H, Lq, Lk) weights; keys at or past ``valid_lens[b]`` are exactly 0.
@@ -167,7 +185,7 @@ def attention_weights(mha: MultiHeadAttention, scene: Scene, valid_lens: Sequenc
     was_training = mha.training
     mha.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), single_thread():
             _, weights = mha(scene.queries, scene.keys, scene.values,
                              torch.as_tensor(list(valid_lens)), need_weights=True)
     finally:

@@ -22,7 +22,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from mha_lib.multihead import MultiHeadAttention
-from mha_lib.viz.explorer import layout_changes, source_parts
+from mha_lib.viz.explorer import source_parts
 from mha_lib.viz.heatmaps import DEFAULT_MAX_COLS, _check_max_cols
 from mha_lib.viz.scene import DEFAULT_NUM_HIDDENS, DEFAULT_SENTENCES, Source, make_source
 
@@ -30,30 +30,43 @@ DIV_ID = "mha-static-explorer"
 SLIDER_ROW_PX = 85  # height of one row of sliders above the panels
 SLIDERS_PER_ROW = 3
 
-# Runs once after Plotly.newPlot; "{plot_id}" is replaced by plotly's to_html. It reads the
-# sliders' positions and shows the stored state of each example for that configuration.
+# Runs once after Plotly.newPlot; "{plot_id}" is replaced by plotly's to_html. On a slider
+# change it shows the stored state of each example for the sliders' positions: a restyle of the
+# changed example's panels for a valid length; for a head count, ``Plotly.react`` on the same
+# div with that head count's traces and layout. (Unlike the live FigureWidget, the figure keeps
+# no hidden panels for other head counts: in plotly.js they cost about 60 ms per redraw.)
 REDRAW_JS = """
 (function () {
   var gd = document.getElementById("{plot_id}");
   var ex = gd.layout.meta.explorer;
+  var shown = gd.layout.sliders.map(function (s) { return s.active; });  // what is drawn
   function hoverText(z) {
     return z.map(function (row) {
       return row.map(function (w) { return w === null ? "masked" : "weight " + w.toFixed(3); });
     });
   }
   function redraw() {
-    var sliders = gd.layout.sliders;
-    var hi = sliders[0].active, H = ex.heads[hi];
-    var z = [], text = [], visible = [];
-    for (var b = 0; b < ex.batch_size; b++) {
-      var state = ex.weights[hi][b][sliders[1 + b].active];
-      for (var h = 0; h < ex.num_slots; h++) {
-        z.push(h < H ? state[h] : null);
-        text.push(h < H ? hoverText(state[h]) : null);
-        visible.push(h < H);
-      }
+    var active = gd.layout.sliders.map(function (s) { return s.active; });
+    var hi = active[0], headsChanged = hi !== shown[0];
+    var data = [], traces = [];
+    ex.traces[hi].forEach(function (trace, k) {
+      var b = trace.meta.example, h = trace.meta.head;
+      if (!headsChanged && active[1 + b] === shown[1 + b]) return;  // example unchanged
+      var z = ex.weights[hi][b][active[1 + b]][h];
+      data.push(Object.assign({}, trace, {z: z, text: hoverText(z)}));
+      traces.push(k);
+    });
+    shown = active;
+    if (headsChanged) {  // other panels: this head count's traces and layout, same sliders
+      var layout = Object.assign({}, ex.layouts[hi], {sliders: gd.layout.sliders,
+                                                      meta: gd.layout.meta});
+      return Plotly.react(gd, data, layout);
     }
-    return Plotly.update(gd, {z: z, text: text, visible: visible}, ex.layouts[hi]);
+    if (!traces.length) return null;
+    return Plotly.restyle(gd, {
+      z: data.map(function (t) { return t.z; }),
+      text: data.map(function (t) { return t.text; }),
+    }, traces);
   }
   gd.on("plotly_sliderchange", redraw);
 })();
@@ -109,10 +122,6 @@ def _sliders(source: Source, heads_index: int, valid_lens: Sequence[int]) -> lis
     return sliders
 
 
-def _make_room(changes: dict, extra_px: int) -> dict:
-    return {**changes, "height": changes["height"] + extra_px}
-
-
 def static_explorer(
     *,
     mha: MultiHeadAttention | None = None,
@@ -136,8 +145,8 @@ def static_explorer(
     weights); ``seed`` is fixed here. Sliders: "heads: " (head counts dividing num_hiddens) and
     one "valid length (example b): " per example ("valid length: " for one example). The
     states live in ``fig.layout.meta["explorer"]``: ``heads``, ``weights`` (see
-    :func:`explorer_states`), ``layouts`` (the layout changes per head count), ``batch_size``
-    and ``num_slots``. Moving a slider needs :data:`REDRAW_JS`, which
+    :func:`explorer_states`), per head count the ``traces`` (without weights) and the
+    ``layouts``, and ``batch_size``. Moving a slider needs :data:`REDRAW_JS`, which
     :func:`static_explorer_html` attaches.
 
     Args:
@@ -164,26 +173,25 @@ def static_explorer(
     states = explorer_states(source, seed=seed, decimals=decimals)
     sliders = _sliders(source, heads.index(num_heads), lens)
     extra_px = SLIDER_ROW_PX * -(-len(sliders) // SLIDERS_PER_ROW)
-    layouts = []
-    for H in heads:
-        traces, layout = source_parts(source, source.weights(H, lens, seed), lens, max_cols)
-        layouts.append(_make_room(layout_changes(layout, len(traces)), extra_px))
-    # The initial picture is the stored state, so the page shows exactly what the sliders do.
-    i = heads.index(num_heads)
-    traces, layout = source_parts(source, source.weights(num_heads, lens, seed), lens, max_cols)
-    for trace in traces:
-        b, h = trace["meta"]["example"], trace["meta"]["head"]
-        if trace["visible"]:
+    skeletons, layouts = [], []
+    for i, H in enumerate(heads):
+        traces, layout = source_parts(source, source.weights(H, lens, seed), lens, max_cols,
+                                      num_slots=H)
+        for trace in traces:  # the stored state, so the page shows exactly what sliders do
+            b, h = trace["meta"]["example"], trace["meta"]["head"]
             trace["z"] = states[i][b][lens[b]][h]
-    layout.update(
+        layout.update(height=layout["height"] + extra_px,
+                      margin={**layout["margin"], "t": layout["margin"]["t"] + extra_px})
+        skeletons.append([{k: v for k, v in t.items() if k not in ("z", "text")} for t in traces])
+        layouts.append(layout)
+        if H == num_heads:
+            initial_traces, initial_layout = traces, dict(layout)
+    initial_layout.update(
         sliders=sliders,
-        height=layout["height"] + extra_px,
-        margin={**layout["margin"], "t": layout["margin"]["t"] + extra_px},
-        meta={"explorer": {"heads": heads, "weights": states, "layouts": layouts,
-                           "batch_size": source.scene.batch_size,
-                           "num_slots": max(heads)}},
+        meta={"explorer": {"heads": heads, "weights": states, "traces": skeletons,
+                           "layouts": layouts, "batch_size": source.scene.batch_size}},
     )
-    return go.Figure(data=traces, layout=layout)
+    return go.Figure(data=initial_traces, layout=initial_layout)
 
 
 def static_explorer_html(fig: go.Figure | None = None, **kwargs) -> str:
