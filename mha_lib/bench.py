@@ -73,6 +73,12 @@ __all__ = [
     "split_contenders",
     "time_paired",
     "weights_bytes",
+    "attention_share",
+    "scaling_times",
+    "flop_figure",
+    "scaling_figure",
+    "memory_figure",
+    "ratio_figure",
 ]
 
 
@@ -299,6 +305,7 @@ class Row:
     masked: bool
     ratios: dict[tuple[str, str], Ratio]
     seconds: dict[str, float] = field(default_factory=dict)  # median seconds per call
+    times: dict[str, list[float]] = field(default_factory=dict)  # every repetition
 
 
 def benchmark(
@@ -339,7 +346,7 @@ def benchmark(
             (a, b): paired_ratio(times, a, b) for a, b, _ in TARGETS if a in times and b in times
         }
         seconds = {name: statistics.median(t) for name, t in times.items()}
-        rows.append(Row(s, m, ratios, seconds))
+        rows.append(Row(s, m, ratios, seconds, times))
     return rows
 
 
@@ -429,6 +436,41 @@ def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sxx
 
 
+def attention_share(times: Mapping[str, Sequence[float]]) -> float:
+    """Median share of the attention core in projections + attention, from paired times.
+
+    Args:
+        times: what :func:`time_paired` returns for :func:`split_contenders`.
+    """
+    shares = [
+        a / (a + p) for a, p in zip(times["attention"], times["projections"], strict=True)
+    ]
+    return statistics.median(shares)
+
+
+def scaling_times(
+    lengths: Sequence[int],
+    *,
+    B: int = 1,
+    D: int = 64,
+    H: int = 4,
+    path: str = "fast",
+    repeats: int = 3,
+    min_time: float = 0.02,
+) -> list[float]:
+    """Best seconds per call of one contender for self-attention of growing length L = Lq = Lk.
+
+    The minimum over repetitions is the least disturbed measurement, which is what a slope
+    fit on a shared machine needs.
+    """
+    best = []
+    for L in lengths:
+        fns = make_contenders(make_case(Sizes(B, L, L, D, H), masked=False))
+        times = time_paired({path: fns[path]}, repeats=repeats, min_time=min_time)
+        best.append(min(times[path]))
+    return best
+
+
 # --- memory ----------------------------------------------------------------------------------
 
 
@@ -512,6 +554,102 @@ def format_memory_table(rows: Sequence[Mapping[str, int]], *, B: int, D: int, H:
             f"  {r['peak_fast'] / mib:>14.1f}  {r['peak_weights'] / max(r['peak_fast'], 1):>6.1f}"
         )
     return "\n".join(lines)
+
+
+# --- figures (plotly is imported only when a figure is drawn) -------------------------------
+
+
+def _colors(n: int) -> list[str]:
+    """n colour-blind-safe colours from the viridis scale (its yellow end left out)."""
+    from plotly.colors import sample_colorscale
+
+    return sample_colorscale("Viridis", [i / max(n, 1) * 0.85 for i in range(n)])
+
+
+def flop_figure(lengths: Sequence[int], *, B: int = 1, D: int = 512, H: int = 8):
+    """Stacked bars: FLOPs of the projections, the scores and the weighted sum against L."""
+    import plotly.graph_objects as go
+
+    parts = [flop_count(Sizes(B, L, L, D, H)) for L in lengths]
+    fig = go.Figure()
+    for name, color in zip(parts[0], _colors(len(parts[0]))):
+        fig.add_bar(x=[str(L) for L in lengths], y=[p[name] / 1e9 for p in parts], name=name,
+                    marker_color=color)
+    fig.update_layout(
+        barmode="stack", title=f"Where the FLOPs go (B={B}, D={D}, Lq = Lk = L)",
+        xaxis_title="sequence length L", yaxis_title="GFLOP per forward pass",
+        yaxis_type="log", height=380,
+    )
+    return fig
+
+
+def scaling_figure(lengths: Sequence[int], seconds: Sequence[float], *, slope: float):
+    """Log-log plot of time against length, with reference lines of slope 1 and 2."""
+    import plotly.graph_objects as go
+
+    c = _colors(3)
+    fig = go.Figure()
+    fig.add_scatter(x=list(lengths), y=[t * 1e3 for t in seconds], mode="lines+markers",
+                    name=f"fast path (fitted slope {slope:.2f})", line_color=c[0])
+    for p, color, dash in ((1, c[1], "dot"), (2, c[2], "dash")):
+        ref = [seconds[-1] * 1e3 * (L / lengths[-1]) ** p for L in lengths]
+        fig.add_scatter(x=list(lengths), y=ref, mode="lines", name=f"slope {p}",
+                        line=dict(color=color, dash=dash))
+    fig.update_layout(
+        title="Time against sequence length (log-log)", xaxis_title="sequence length L",
+        yaxis_title="milliseconds per forward pass", xaxis_type="log", yaxis_type="log",
+        height=380,
+    )
+    return fig
+
+
+def memory_figure(rows: Sequence[Mapping[str, int]]):
+    """Peak memory of both paths and the size of the weights against L (log-log)."""
+    import plotly.graph_objects as go
+
+    lengths = [r["L"] for r in rows]
+    fig = go.Figure()
+    series = (
+        ("peak_weights", "need_weights=True: measured peak"),
+        ("peak_fast", "fast path: measured peak"),
+        ("weights_bytes", "the weights alone: B*H*L*L*4 bytes"),
+    )
+    for (key, name), color in zip(series, _colors(3)):
+        fig.add_scatter(x=lengths, y=[r[key] / 2**20 for r in rows], mode="lines+markers",
+                        name=name, line_color=color)
+    fig.update_layout(
+        title="Peak memory of one forward pass", xaxis_title="sequence length L",
+        yaxis_title="MiB", xaxis_type="log", yaxis_type="log", height=380,
+    )
+    return fig
+
+
+def ratio_figure(rows: Sequence[Row], *, baseline: str = "limit"):
+    """Grouped bars: median time of each contender relative to ``baseline``, per case.
+
+    Error bars show the smallest and largest paired ratio of each bar.
+    """
+    import plotly.graph_objects as go
+
+    names = [n for n in CONTENDER_LABELS if n != baseline and all(n in r.times for r in rows)]
+    cases = [f"{r.sizes}<br>{'valid_lens' if r.masked else 'no mask'}" for r in rows]
+    fig = go.Figure()
+    for name, color in zip(names, _colors(len(names))):
+        ratios = [paired_ratio(r.times, name, baseline) for r in rows]
+        fig.add_bar(
+            x=cases, y=[q.median for q in ratios], name=CONTENDER_LABELS[name],
+            marker_color=color,
+            error_y=dict(type="data", symmetric=False,
+                         array=[q.max - q.median for q in ratios],
+                         arrayminus=[q.median - q.min for q in ratios]),
+        )
+    fig.add_hline(y=1.0, line_dash="dash", annotation_text=CONTENDER_LABELS[baseline])
+    fig.update_layout(
+        barmode="group", title=f"Time relative to the {baseline} (paired ratios, median)",
+        xaxis_title="(B, Lq, Lk, D, H)", yaxis_title=f"time / time of the {baseline}",
+        height=420, legend=dict(orientation="h", y=-0.35),
+    )
+    return fig
 
 
 # --- command line ----------------------------------------------------------------------------

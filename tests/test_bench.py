@@ -164,3 +164,34 @@ def test_module_runs_as_a_script():
     )
     assert result.returncode == 0, result.stderr
     assert "fast/limit" in result.stdout
+
+
+def test_attention_share_is_the_median_share():
+    times = {"attention": [1.0, 3.0, 1.0], "projections": [1.0, 1.0, 3.0]}
+    assert bench.attention_share(times) == 0.5
+
+
+def test_scaling_times_one_positive_number_per_length():
+    seconds = bench.scaling_times([4, 8], B=1, D=8, H=2, repeats=1, min_time=0.0)
+    assert len(seconds) == 2 and all(s > 0 for s in seconds)
+
+
+def test_figures_have_labelled_axes_and_one_trace_per_series():
+    rows = bench.benchmark([TINY], masked=[True], repeats=2, min_time=0.0)
+    memory = bench.memory_table([8, 16], B=1, D=8, H=2)
+    figures = {
+        "flop": (bench.flop_figure([8, 16], D=8), 3),
+        "scaling": (bench.scaling_figure([8, 16], [1e-3, 4e-3], slope=2.0), 3),
+        "memory": (bench.memory_figure(memory), 3),
+        "ratio": (bench.ratio_figure(rows), len(bench.CONTENDER_LABELS) - 1),
+    }
+    for name, (fig, traces) in figures.items():
+        assert len(fig.data) == traces, name
+        assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text, name
+    ratio_bars = figures["ratio"][0].data
+    assert {bar.name for bar in ratio_bars} == {
+        label for key, label in bench.CONTENDER_LABELS.items() if key != "limit"
+    }
+    # The bar heights are the medians of the paired ratios that the table reports.
+    fast = next(bar for bar in ratio_bars if bar.name == bench.CONTENDER_LABELS["fast"])
+    assert fast.y[0] == rows[0].ratios[("fast", "limit")].median
