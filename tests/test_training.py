@@ -128,3 +128,12 @@ def test_accuracy_counts_labelled_positions_only():
 def test_train_rejects_bad_config():
     with pytest.raises(ValueError, match="config.steps"):
         train(TrainConfig(steps=0), progress=False)
+
+
+def test_learning_rate_factor_warms_up_then_decays_to_zero():
+    from mha_lib.training import learning_rate_factor
+
+    factors = [learning_rate_factor(s, warmup=4, steps=12) for s in range(13)]
+    assert factors[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert factors[4] == 1.0 and factors[8] == pytest.approx(0.5) and factors[12] == pytest.approx(0.0)
+    assert all(a >= b for a, b in zip(factors[3:], factors[4:]))
