@@ -305,3 +305,41 @@ def test_attention_weights_restores_mode_and_threads():
     w = attention_weights(mha, scene, [6, 4])
     assert mha.training and torch.get_num_threads() == threads
     assert w.shape == (2, 2, 6, 6) and not w.requires_grad
+
+
+# ---------------------------------------------------------------- properties
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from mha_lib.viz.layout import panels  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(B=st.integers(1, 3), H=st.integers(1, 9), cols=st.integers(1, 5))
+def test_panels_tile_without_overlap(B, H, cols):
+    ps = panels(B, H, cols)
+    assert [(p.example, p.head) for p in ps] == [(b, h) for b in range(B) for h in range(H)]
+    for p in ps:
+        assert 0 <= p.x_domain[0] < p.x_domain[1] <= 1 and 0 <= p.y_domain[0] < p.y_domain[1] <= 1
+    for i, p in enumerate(ps):
+        for q in ps[i + 1:]:
+            apart_x = p.x_domain[1] <= q.x_domain[0] or q.x_domain[1] <= p.x_domain[0]
+            apart_y = p.y_domain[1] <= q.y_domain[0] or q.y_domain[1] <= p.y_domain[0]
+            assert apart_x or apart_y
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), B=st.integers(1, 3), H=st.sampled_from([1, 2, 4]), Lq=st.integers(1, 4),
+       Lk=st.integers(1, 5))
+def test_heatmaps_mask_exactly_the_keys_past_each_valid_length(data, B, H, Lq, Lk):
+    lens = data.draw(st.lists(st.integers(0, Lk), min_size=B, max_size=B))
+    w = _weights(B=B, H=H, Lq=Lq, Lk=Lk, valid_lens=torch.tensor(lens))
+    fig = attention_heatmaps(w, valid_lens=lens)
+    assert len(fig.data) == B * H
+    for trace in fig.data:
+        b, h = trace.meta["example"], trace.meta["head"]
+        z = _z(trace)
+        keep = np.arange(Lk) < lens[b]
+        assert np.isnan(z[:, ~keep]).all() and not np.isnan(z[:, keep]).any()
+        np.testing.assert_allclose(z[:, keep], w[b, h][:, keep].numpy(), atol=1e-7)
