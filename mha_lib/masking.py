@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from mha_lib._checks import check_tensor
+from mha_lib._checks import check_positive_int, check_tensor
 
 
 def check_valid_lens(
@@ -166,9 +166,6 @@ def masked_softmax(X: Tensor, valid_lens: Tensor | Sequence[float] | None = None
 
 
 # --- Boolean masks of any layout (used by mha_lib.variants) -------------------------------------
-
-from mha_lib._checks import check_positive_int  # noqa: E402  (appended section)
-
 
 def check_attention_mask(
     mask: object, batch_size: int, num_queries: int, num_keys: int, name: str = "mask"
