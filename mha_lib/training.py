@@ -100,6 +100,8 @@ def accuracy(model: nn.Module, batch: TaskBatch, head_mask: Tensor | None = None
     logits = model(batch.tokens, batch.valid_lens, head_mask=head_mask)  # (B, L, V)
     model.train(was_training)
     labelled = batch.targets != IGNORE_INDEX  # (B, L)
+    if not labelled.any():
+        raise ValueError("batch must have at least one labelled position, got only IGNORE_INDEX targets")
     correct = (logits.argmax(dim=-1) == batch.targets) & labelled
     return correct.sum().item() / labelled.sum().item()
 

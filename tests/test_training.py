@@ -137,3 +137,10 @@ def test_learning_rate_factor_warms_up_then_decays_to_zero():
     assert factors[:4] == [0.25, 0.5, 0.75, 1.0]
     assert factors[4] == 1.0 and factors[8] == pytest.approx(0.5) and factors[12] == pytest.approx(0.0)
     assert all(a >= b for a, b in zip(factors[3:], factors[4:]))
+
+
+def test_accuracy_needs_a_label():
+    batch = make_batch(2, generator=torch.Generator().manual_seed(0))
+    batch = replace(batch, targets=torch.full_like(batch.targets, IGNORE_INDEX))
+    with pytest.raises(ValueError, match="at least one labelled position"):
+        accuracy(DigitAttentionModel(), batch)
