@@ -3,6 +3,10 @@
 * serves plotly.js from ``_static`` (copied from the plotly wheel, so its version always matches
   the Python package) and loads it, as a blocking script before any other, only on pages that
   draw a plotly figure;
+* keeps live ipywidgets off the website: a notebook executed during the build stores its
+  widgets' state (megabytes of JavaScript for a plotly ``FigureWidget``), and myst-nb would
+  embed it in the page and load the widget manager from a CDN. Without a kernel those widgets
+  could not react anyway; the chapters offer kernel-free explorers instead;
 * removes sphinx-thebe's scripts: the book has no live-code launch button, and Jupyter Book
   1.0.4 registers thebe's configuration script twice, which logs
   ``Identifier 'THEBE_JS_URL' has already been declared`` on every page.
@@ -33,6 +37,12 @@ def _drop_thebe(app) -> None:
         ]
 
 
+def _drop_widget_state(app, doctree) -> None:
+    js_files = getattr(app.env, "nb_metadata", {}).get(app.env.docname, {}).get("js_files", {})
+    for key in [k for k in js_files if k.startswith("ipywidgets")]:
+        del js_files[key]
+
+
 def _add_plotly_js(app, pagename, templatename, context, doctree) -> None:
     body = context.get("body", "")
     if "plotly-graph-div" in body:
@@ -48,6 +58,7 @@ def _copy_plotly_js(app, exception) -> None:
 
 def setup(app):
     app.connect("builder-inited", _drop_thebe)
+    app.connect("doctree-read", _drop_widget_state)
     app.connect("html-page-context", _add_plotly_js)
     app.connect("build-finished", _copy_plotly_js)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
