@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mha_lib._modes import eval_mode
 from mha_lib.importance import (
     ablation_accuracies,
     attention_entropy,
@@ -222,3 +223,29 @@ def test_pruned_speedups_returns_one_ratio_per_model_and_restores_modes(small):
     assert len(ratios) == 2
     assert all(0 < r.min <= r.median <= r.max and math.isfinite(r.max) for r in ratios)
     assert other.training and not model.training
+
+
+# --- eval_mode (mha_lib._modes) --------------------------------------------------------------
+
+
+def test_eval_mode_sets_eval_and_restores_mixed_modes():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)).train()
+    model[1].eval()  # mixed modes: the container trains, the dropout does not
+    with eval_mode(model) as m:
+        assert m is model
+        assert not any(sub.training for sub in model.modules())
+    assert [sub.training for sub in model.modules()] == [True, True, False]
+
+
+def test_eval_mode_restores_the_mode_after_an_exception():
+    model = torch.nn.Linear(2, 2).train()
+    with pytest.raises(KeyError):
+        with eval_mode(model):
+            raise KeyError("boom")
+    assert model.training
+
+
+def test_eval_mode_rejects_non_modules():
+    with pytest.raises(ValueError, match="module must be a torch.nn.Module, got int"):
+        with eval_mode(3):
+            pass
