@@ -23,6 +23,8 @@ Shape legend
 from __future__ import annotations
 
 import copy
+import numbers
+from contextlib import ExitStack
 from functools import partial
 from typing import Iterable, Sequence
 
@@ -30,8 +32,9 @@ import torch
 from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib._modes import eval_mode
 from mha_lib.bench import Ratio, paired_ratio, time_paired
-from mha_lib.masking import check_valid_lens
+from mha_lib.masking import check_valid_lens, padding_mask_from_valid_lens, padding_to_keep
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.tasks import TaskBatch
 from mha_lib.training import accuracy, loss_fn
@@ -41,28 +44,43 @@ def attention_entropy(weights: Tensor, valid_lens: Tensor | Sequence[float] | No
     """Mean entropy (in nats) of each head's attention distributions.
 
     A head that always looks at one key has entropy 0; one that spreads evenly over ``n`` keys
-    has ``log n``. Only real queries count: with ``valid_lens`` (B,), query ``i`` of example
-    ``b`` is averaged in when ``i < valid_lens[b]``.
+    has ``log n``. With ``valid_lens`` only real queries count, which assumes *self-attention*
+    (``Lq == Lk``, queries and keys are the same positions): query ``i`` of example ``b`` is a
+    real position, and is averaged in, when ``i < valid_lens[b]``. The padded queries' rows
+    are computed by the model but describe no token, so they would bias the mean.
 
     Shapes:
-        weights: (B, H, Lq, Lk), rows summing to 1 (or 0 for a query that sees nothing)
-        valid_lens: None or (B,)
+        weights: (B, H, Lq, Lk), finite and non-negative, rows summing to 1 (or 0 for a query
+            that sees nothing)
+        valid_lens: None, or (B,) with ``Lq == Lk``
         returns: (H,)
 
     Raises:
-        ValueError: weights not 4-D, or bad valid_lens.
+        ValueError: weights not a 4-D floating-point tensor, NaN/inf or negative weights,
+            valid_lens not (B,) or given with ``Lq != Lk``, or a bad entry of valid_lens.
     """
     check_tensor(weights, "weights", 4)
     B, H, Lq, Lk = weights.shape
-    p = weights.clamp(min=0)
-    row_entropy = -(p * torch.log(p.clamp(min=torch.finfo(p.dtype).tiny))).sum(-1)  # (B, H, Lq)
+    if not torch.isfinite(weights).all():
+        raise ValueError("weights must be finite, got NaN or inf entries")
+    if (weights < 0).any():
+        raise ValueError(f"weights must be non-negative probabilities, got a minimum of {weights.min().item():.3g}")
+    tiny = torch.finfo(weights.dtype).tiny  # 0 * log(tiny) = 0: a key with weight 0 adds nothing
+    row_entropy = -(weights * torch.log(weights.clamp(min=tiny))).sum(-1)  # (B, H, Lq)
     valid_lens = check_valid_lens(valid_lens, B, Lq, Lk)
     if valid_lens is None:
         return row_entropy.mean(dim=(0, 2))
     if valid_lens.dim() != 1:
         raise ValueError(f"valid_lens must have shape (B,) = ({B},), got {tuple(valid_lens.shape)}")
-    real = (torch.arange(Lq) < valid_lens[:, None]).to(p.dtype)  # (B, Lq)
-    real = real[:, None, :]  # (B, Lq) -> (B, 1, Lq)
+    if Lq != Lk:
+        raise ValueError(
+            "valid_lens marks the real queries only in self-attention, where Lq == Lk; "
+            f"got weights with Lq = {Lq} queries and Lk = {Lk} keys"
+        )
+    # Self-attention: query i is the same position as key i, so the positions that are not
+    # padding (as keys) are exactly the real queries.
+    real = padding_to_keep(padding_mask_from_valid_lens(valid_lens, Lq))  # (B,) -> (B, Lq), True = real
+    real = real[:, None, :].to(weights.dtype)  # (B, Lq) -> (B, 1, Lq)
     return (row_entropy * real).sum(dim=(0, 2)) / real.sum(dim=(0, 2)).clamp(min=1)
 
 
@@ -104,13 +122,11 @@ def gradient_importance(model: nn.Module, batch: TaskBatch) -> Tensor:
     Returns:
         (H,) non-negative importances.
     """
-    was_training = model.training
-    model.eval()
     gates = torch.ones(len(batch), model.num_heads, requires_grad=True)  # (B, H)
-    logits = model(batch.tokens, batch.valid_lens, head_mask=gates)
+    with eval_mode(model):
+        logits = model(batch.tokens, batch.valid_lens, head_mask=gates)
     per_example = loss_fn(logits, batch.targets, reduction="per_example")  # (B,)
     (grad,) = torch.autograd.grad(per_example.sum(), gates)  # (B, H)
-    model.train(was_training)
     return grad.abs().mean(dim=0)
 
 
@@ -141,11 +157,28 @@ def spearman(a: Tensor | Sequence[float], b: Tensor | Sequence[float]) -> float:
 
 
 def _check_heads(heads: Iterable[int], num_heads: int, *, allow_all: bool = False) -> list[int]:
-    """Validate head indices: integers in [0, H), no duplicates (and not every head)."""
-    try:
-        heads = [int(h) for h in (heads.tolist() if isinstance(heads, Tensor) else heads)]
-    except (TypeError, ValueError):
-        raise ValueError(f"heads must be an iterable of integer head indices, got {heads!r}") from None
+    """Validate head indices: integers in [0, H), no duplicates (and not every head).
+
+    Accepts an iterable of integers (Python or NumPy ints) or an integer tensor of at most one
+    dimension. Strings, bools and floats are refused rather than converted: ``int("1")``,
+    ``int(0.7)`` and ``int(True)`` would silently name a head nobody meant.
+    """
+    if isinstance(heads, Tensor):
+        if heads.dim() > 1 or heads.dtype == torch.bool or heads.is_floating_point() or heads.is_complex():
+            raise ValueError(
+                "heads must be a 0-D or 1-D integer tensor of head indices, "
+                f"got dtype {heads.dtype} and shape {tuple(heads.shape)}"
+            )
+        heads = heads.reshape(-1).tolist()  # () or (n,) -> [n ints]
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
+        raise ValueError(f"heads must be an iterable of integer head indices, got {heads!r}")
+    heads = list(heads)
+    wrong = [h for h in heads if isinstance(h, bool) or not isinstance(h, numbers.Integral)]
+    if wrong:
+        raise ValueError(
+            f"heads must hold integer head indices (not bools, floats or strings), got {wrong!r} in {heads!r}"
+        )
+    heads = [int(h) for h in heads]
     bad = [h for h in heads if not 0 <= h < num_heads]
     if bad:
         raise ValueError(f"heads must be indices in [0, {num_heads}) (H = {num_heads}), got {bad}")
@@ -175,7 +208,8 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
         heads: indices in ``[0, H)`` to remove; no duplicates, and at least one head must stay.
 
     Returns:
-        A new :class:`~mha_lib.multihead.MultiHeadAttention` in the same train/eval mode.
+        A new :class:`~mha_lib.multihead.MultiHeadAttention` in the same train/eval mode. The
+        global random generator is left as it was (nothing is drawn from it for good).
 
     Raises:
         ValueError: mha not a MultiHeadAttention, an unknown or repeated head index, or every
@@ -188,16 +222,19 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
     kept = [h for h in range(H) if h not in removed]
     rows = torch.cat([torch.arange(h * d, (h + 1) * d) for h in kept])  # (H'*d,)
     bias = mha.W_q.bias is not None
-    pruned = MultiHeadAttention(
-        key_size=mha.W_k.in_features,
-        query_size=mha.W_q.in_features,
-        value_size=mha.W_v.in_features,
-        num_hiddens=len(kept) * d,
-        num_heads=len(kept),
-        dropout=mha.attention.dropout.p,
-        bias=bias,
-    )
-    pruned.W_o = nn.Linear(len(kept) * d, mha.W_o.out_features, bias=mha.W_o.bias is not None)
+    # The new weights are all copied from mha below, so their random initialisation is thrown
+    # away; fork_rng puts the global generator back, so pruning leaves later draws unchanged.
+    with torch.random.fork_rng(devices=[]):
+        pruned = MultiHeadAttention(
+            key_size=mha.W_k.in_features,
+            query_size=mha.W_q.in_features,
+            value_size=mha.W_v.in_features,
+            num_hiddens=len(kept) * d,
+            num_heads=len(kept),
+            dropout=mha.attention.dropout.p,
+            bias=bias,
+        )
+        pruned.W_o = nn.Linear(len(kept) * d, mha.W_o.out_features, bias=mha.W_o.bias is not None)
     with torch.no_grad():
         for name in ("W_q", "W_k", "W_v"):
             old, new = getattr(mha, name), getattr(pruned, name)
@@ -248,11 +285,9 @@ def pruned_speedups(
         One :class:`~mha_lib.bench.Ratio` (median, min, max over repetitions) per other model.
     """
     models = [reference, *others]
-    modes = [m.training for m in models]
-    fns = {f"model {i}": partial(m.eval(), batch.tokens, batch.valid_lens) for i, m in enumerate(models)}
-    try:
+    with ExitStack() as stack:
+        for m in models:
+            stack.enter_context(eval_mode(m))
+        fns = {f"model {i}": partial(m, batch.tokens, batch.valid_lens) for i, m in enumerate(models)}
         times = time_paired(fns, repeats=repeats)
-    finally:
-        for m, mode in zip(models, modes):
-            m.train(mode)
     return [paired_ratio(times, "model 0", f"model {i}") for i in range(1, len(models))]

@@ -20,6 +20,7 @@ from mha_lib.importance import (
     ranks,
     spearman,
 )
+from mha_lib.bench import Ratio
 from mha_lib.models import DigitAttentionModel, ModelConfig
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.tasks import TaskBatch, make_batch
@@ -57,6 +58,26 @@ def test_entropy_rejects_bad_input():
         attention_entropy(torch.zeros(2, 3, 3))
     with pytest.raises(ValueError, match="valid_lens"):
         attention_entropy(torch.zeros(1, 1, 3, 3), torch.tensor([4]))
+
+
+def test_entropy_rejects_nan_and_negative_weights():
+    w = torch.full((1, 1, 2, 2), 0.5)
+    w[0, 0, 1, 0] = float("nan")
+    with pytest.raises(ValueError, match="weights must be finite"):
+        attention_entropy(w)
+    w = torch.tensor([[[[1.5, -0.5]]]])  # sums to 1, but not a distribution
+    with pytest.raises(ValueError, match="weights must be non-negative.*-0.5"):
+        attention_entropy(w)
+
+
+def test_entropy_valid_lens_needs_self_attention():
+    # valid_lens (B,) counts keys; it marks real queries only when queries are those keys
+    with pytest.raises(ValueError, match="Lq == Lk.*Lq = 2 queries and Lk = 3 keys"):
+        attention_entropy(torch.full((1, 1, 2, 3), 1 / 3), torch.tensor([3]))
+    with pytest.raises(ValueError, match=r"valid_lens must have shape \(B,\)"):
+        attention_entropy(torch.full((1, 1, 3, 3), 1 / 3), torch.tensor([[3, 3, 3]]))
+    # without valid_lens, cross-attention weights are fine
+    torch.testing.assert_close(attention_entropy(torch.full((1, 1, 2, 3), 1 / 3)), torch.tensor([math.log(3)]))
 
 
 # --- gates, ablation, gradient importance ---------------------------------------------------
@@ -185,12 +206,43 @@ def test_pruned_module_keeps_training_mode_and_has_fewer_parameters():
 
 @pytest.mark.parametrize(
     "heads, match",
-    [([4], r"\[0, 4\)"), ([-1], r"\[0, 4\)"), ([1, 1], "repeat"), ([0, 1, 2, 3], "all 4 heads"), ("ab", "integer")],
+    [
+        ([4], r"\[0, 4\)"),
+        ([-1], r"\[0, 4\)"),
+        ([1, 1], "repeat"),
+        ([0, 1, 2, 3], "all 4 heads"),
+        ("ab", "integer"),
+        ("1", "iterable of integer head indices, got '1'"),  # int("1") would prune head 1
+        ([0.7], r"integer head indices.*\[0\.7\]"),  # int(0.7) would prune head 0
+        ([True], r"not bools.*\[True\]"),  # int(True) would prune head 1
+        (torch.tensor([1.0]), "integer tensor.*float32"),
+        (torch.tensor([True]), "integer tensor.*bool"),
+        (torch.tensor([[1]]), r"0-D or 1-D.*\(1, 1\)"),
+        (1, "iterable"),
+    ],
 )
 def test_prune_heads_rejects_bad_heads(heads, match):
     mha = MultiHeadAttention(8, 8, 8, 8, 4, dropout=0.0)
     with pytest.raises(ValueError, match=match):
         prune_heads(mha, heads)
+
+
+def test_prune_heads_accepts_integer_tensors_and_numpy_ints():
+    import numpy as np
+
+    mha = MultiHeadAttention(8, 8, 8, 8, 4, dropout=0.0)
+    for heads in (torch.tensor([1, 3]), [np.int64(1), np.int64(3)], (3, 1)):
+        assert prune_heads(mha, heads).num_heads == 2
+    assert prune_heads(mha, torch.tensor(2)).num_heads == 3  # a 0-D tensor names one head
+    assert torch.equal(head_gates(4, torch.tensor([0])), torch.tensor([0.0, 1.0, 1.0, 1.0]))
+
+
+def test_prune_heads_leaves_the_global_rng_alone():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 8, 8, 8, 4, dropout=0.0)
+    state = torch.get_rng_state()
+    prune_heads(mha, [1])
+    assert torch.equal(torch.get_rng_state(), state)
 
 
 def test_prune_heads_rejects_other_modules():
@@ -216,13 +268,44 @@ def test_prune_model_and_pruning_curve(small):
         pruning_curve(model, batch, [2, 0])
 
 
-def test_pruned_speedups_returns_one_ratio_per_model_and_restores_modes(small):
+def test_pruned_speedups_times_every_model_in_eval_mode_and_restores_modes(small, monkeypatch):
     model, batch = small
     other = prune_model(model, [0]).train()
-    ratios = pruned_speedups(model, [other, model], batch, repeats=2)
-    assert len(ratios) == 2
-    assert all(0 < r.min <= r.median <= r.max and math.isfinite(r.max) for r in ratios)
-    assert other.training and not model.training
+    calls = []
+
+    def fake_time_paired(fns, *, repeats):  # stands in for the clock: fixed, known times
+        calls.append((list(fns), repeats, model.training, other.training))
+        for fn in fns.values():
+            assert fn().shape == (len(batch), batch.tokens.shape[1], 10)  # each partial runs the model
+        return {"model 0": [2.0, 4.0, 6.0], "model 1": [1.0, 1.0, 2.0], "model 2": [2.0, 4.0, 6.0]}
+
+    monkeypatch.setattr("mha_lib.importance.time_paired", fake_time_paired)
+    ratios = pruned_speedups(model, [other, model], batch, repeats=3)
+    assert calls == [(["model 0", "model 1", "model 2"], 3, False, False)]  # one call, all in eval
+    assert ratios == [Ratio(median=3.0, min=2.0, max=4.0), Ratio(median=1.0, min=1.0, max=1.0)]
+    assert other.training and not model.training  # modes restored
+
+
+def test_pruned_speedups_restores_modes_when_timing_fails(small, monkeypatch):
+    model, batch = small
+    other = prune_model(model, [0]).train()
+
+    def broken(fns, *, repeats):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr("mha_lib.importance.time_paired", broken)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        pruned_speedups(model, [other], batch)
+    assert other.training
+
+
+def test_gradient_importance_runs_in_eval_mode_and_restores_the_mode(small):
+    model, batch = small
+    trained = DigitAttentionModel(model.config)
+    trained.load_state_dict(model.state_dict())
+    trained.train()
+    torch.testing.assert_close(gradient_importance(trained, batch), gradient_importance(model, batch))
+    assert trained.training
 
 
 # --- eval_mode (mha_lib._modes) --------------------------------------------------------------
