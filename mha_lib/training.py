@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int
+from mha_lib._modes import eval_mode
 from mha_lib.models import DigitAttentionModel, ModelConfig, checkpoint, pretrained_path
 from mha_lib.tasks import IGNORE_INDEX, TaskBatch, make_batch
 
@@ -76,10 +77,13 @@ def loss_fn(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
         ``reduction="per_example"`` a (B,) tensor: each example's mean over its labelled positions.
     """
     if reduction == "mean":
-        return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+        flat_logits = logits.flatten(0, 1)  # (B, L, V) -> (B*L, V)
+        flat_targets = targets.flatten()  # (B, L) -> (B*L,)
+        return nn.functional.cross_entropy(flat_logits, flat_targets, ignore_index=IGNORE_INDEX)
     if reduction == "per_example":
+        class_first = logits.transpose(1, 2)  # (B, L, V) -> (B, V, L): cross_entropy wants classes on dim 1
         per_token = nn.functional.cross_entropy(
-            logits.transpose(1, 2), targets, ignore_index=IGNORE_INDEX, reduction="none"
+            class_first, targets, ignore_index=IGNORE_INDEX, reduction="none"
         )  # (B, V, L) vs (B, L) -> (B, L), 0 where ignored
         counts = (targets != IGNORE_INDEX).sum(dim=1).clamp(min=1)  # (B,)
         return per_token.sum(dim=1) / counts
@@ -95,10 +99,8 @@ def accuracy(model: nn.Module, batch: TaskBatch, head_mask: Tensor | None = None
         batch: the examples.
         head_mask: optional gates (H,) passed to the model.
     """
-    was_training = model.training
-    model.eval()
-    logits = model(batch.tokens, batch.valid_lens, head_mask=head_mask)  # (B, L, V)
-    model.train(was_training)
+    with eval_mode(model):
+        logits = model(batch.tokens, batch.valid_lens, head_mask=head_mask)  # (B, L, V)
     labelled = batch.targets != IGNORE_INDEX  # (B, L)
     if not labelled.any():
         raise ValueError("batch must have at least one labelled position, got only IGNORE_INDEX targets")

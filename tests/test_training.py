@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from mha_lib.masking import padding_mask_from_valid_lens
 from mha_lib.models import (
     DigitAttentionModel,
     ModelConfig,
@@ -77,7 +78,7 @@ def test_model_shapes_and_weights():
     assert logits.shape == (5, 12, 10) and weights.shape == (5, 4, 12, 12)
     torch.testing.assert_close(logits, model(batch.tokens, batch.valid_lens))
     # padding keys get no attention
-    padding = torch.arange(12) >= batch.valid_lens[:, None]  # (B, Lk)
+    padding = padding_mask_from_valid_lens(batch.valid_lens, 12)  # (B, Lk), True = padding
     assert (weights.masked_select(padding[:, None, None, :]) == 0).all()
 
 
@@ -144,3 +145,20 @@ def test_accuracy_needs_a_label():
     batch = replace(batch, targets=torch.full_like(batch.targets, IGNORE_INDEX))
     with pytest.raises(ValueError, match="at least one labelled position"):
         accuracy(DigitAttentionModel(), batch)
+
+
+def test_accuracy_runs_in_eval_mode_and_restores_the_mode_even_on_error():
+    class Spy(torch.nn.Module):
+        def forward(self, tokens, valid_lens, head_mask=None):
+            seen.append(self.training)
+            if head_mask is not None:
+                raise ValueError("head_mask rejected")
+            return torch.zeros(*tokens.shape, 10)
+
+    seen = []
+    spy = Spy().train()
+    batch = make_batch(2, generator=torch.Generator().manual_seed(0))
+    accuracy(spy, batch)
+    with pytest.raises(ValueError, match="head_mask rejected"):
+        accuracy(spy, batch, head_mask=torch.ones(2))
+    assert seen == [False, False] and spy.training
