@@ -411,3 +411,62 @@ def test_stiefel_constraint_holds_after_optimizer_steps():
     assert free.orthonormality_error() > 1e-2  # unconstrained training leaves the manifold
     for name in ("PQ", "PK", "PV"):  # the constraint did not freeze the projections: they moved
         assert (getattr(stiefel, name) - start[name]).abs().max() > 1e-2
+
+
+# --- dtype/device, scaled_dot_product, Stiefel tolerance -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "call"),
+    [
+        (lambda: EinsumMultiHeadAttention(2, 4, 2, 2), lambda m, x: m(x, x, x)),
+        (lambda: HaikuStyleMultiheadAttention(4, 2), lambda m, x: m(x, x, x)),
+        (lambda: ColumnMajorMultiHeadAttention(4, 2), lambda m, x: m(x[0].T)),
+        (lambda: ColumnMajorMultiHeadAttention(4, 2),
+         lambda m, x: m.correlation_matrices(x[0].T)),
+    ],
+)
+def test_variants_reject_inputs_of_another_dtype(make, call):
+    torch.manual_seed(0)
+    module = make()
+    x = torch.randn(1, 3, 4)
+    call(module, x)  # float32 module, float32 input: fine
+    with pytest.raises(ValueError, match=r"must have the dtype and device of the module's "
+                                         r"parameters \(torch.float32"):
+        call(module, x.double())
+    with pytest.raises(ValueError, match=r"torch.float64 on cpu\), got torch.float32"):
+        call(module.double(), x)
+
+
+def test_scaled_dot_product_checks_its_operands():
+    from mha_lib.variants import scaled_dot_product
+
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
+    values, attention = scaled_dot_product(q, k, v)
+    assert values.shape == (2, 3, 6) and attention.shape == (2, 3, 5)
+    bad = [
+        ((q, torch.randn(2, 5, 3), v), "q and k must have the same size d, got 4 and 3"),
+        ((q, k, torch.randn(2, 4, 6)), "k and v must have the same length Lk, got 5 and 4"),
+        (([[1.0]], k, v), "q must be a torch.Tensor, got list"),
+        ((q, torch.randn(4), v), "k must be a floating-point tensor"),
+        ((q, k, v.double()), "v must have the dtype and device of q"),
+        ((q, torch.randn(3, 5, 4), torch.randn(3, 5, 6)), "leading axes of q, k and v must broadcast"),
+    ]
+    for args, match in bad:
+        with pytest.raises(ValueError, match=match):
+            scaled_dot_product(*args)
+
+
+def test_column_major_stiefel_tolerance_scales_with_dtype():
+    N, H = 4, 2
+    mha = MultiHeadAttention(N, N, N, N, H, dropout=0.0).double()
+    with torch.no_grad():
+        mha.W_o.weight.copy_(torch.eye(N))
+        for lin in (mha.W_q, mha.W_k, mha.W_v):
+            lin.weight.copy_(torch.eye(N, dtype=torch.float64))  # orthonormal rows in each head
+    ColumnMajorMultiHeadAttention.from_mha(mha, stiefel=True)  # exact: accepted
+    with torch.no_grad():
+        mha.W_q.weight[0, 0] += 1e-7  # far above float64 rounding, below float32's
+    with pytest.raises(ValueError, match=r"orthonormal .* up to .* for torch.float64"):
+        ColumnMajorMultiHeadAttention.from_mha(mha, stiefel=True)
+    ColumnMajorMultiHeadAttention.from_mha(mha.float(), stiefel=True)  # within float32 rounding

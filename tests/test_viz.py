@@ -343,3 +343,136 @@ def test_heatmaps_mask_exactly_the_keys_past_each_valid_length(data, B, H, Lq, L
         keep = np.arange(Lk) < lens[b]
         assert np.isnan(z[:, ~keep]).all() and not np.isnan(z[:, keep]).any()
         np.testing.assert_allclose(z[:, keep], w[b, h][:, keep].numpy(), atol=1e-7)
+
+
+# ---------------------------------------------------------------- review fixes
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+
+def test_heatmaps_keep_mask_greys_exactly_the_hidden_cells():
+    torch.manual_seed(0)
+    keep = torch.rand(2, 1, 1, 5) > 0.5  # (B, 1, 1, Lk): one random key mask per example
+    keep[..., 0] = True
+    scores = torch.randn(2, 3, 4, 5)
+    w = mha_lib.masked_softmax_keep(scores, keep)  # (B, H, Lq, Lk)
+    fig = attention_heatmaps(w, keep=keep)
+    for trace in fig.data:
+        b, h = trace.meta["example"], trace.meta["head"]
+        z, k = _z(trace), keep[b, 0, 0].numpy()
+        assert np.isnan(z[:, ~k]).all() and not np.isnan(z[:, k]).any()
+        assert all(row[j] == "masked" for row in trace.text for j in np.flatnonzero(~k))
+        np.testing.assert_allclose(z[:, k], w[b, h][:, k].numpy(), atol=1e-7)
+    assert any("masked" in a.text for a in fig.layout.annotations)
+    # one example given as (H, Lq, Lk) with a per-head mask
+    per_head = torch.ones(3, 4, 5, dtype=torch.bool)
+    per_head[1, :, 2] = False
+    fig = attention_heatmaps(mha_lib.masked_softmax_keep(scores[0], per_head), keep=per_head)
+    assert np.isnan(_z(fig.data[1])[:, 2]).all() and not np.isnan(_z(fig.data[0])).any()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"keep": torch.ones(1, 2, 2)}, "keep must be a boolean"),
+        ({"keep": [[True, False]]}, "keep must be a boolean tensor or array"),
+        ({"keep": torch.ones(3, 2, dtype=torch.bool)}, "keep must be broadcastable"),
+        ({"keep": torch.tensor([True, False])}, "must be 0 on the keys that keep masks out"),
+        ({"keep": torch.ones(2, dtype=torch.bool), "valid_lens": 2}, "valid_lens or keep"),
+        ({"example_titles": ["a", "b"]}, "example_titles must be 1 strings"),
+        ({"example_titles": "a"}, "example_titles must be 1 strings"),
+    ],
+)
+def test_heatmaps_bad_keep_and_titles(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        attention_heatmaps(torch.full((1, 1, 2, 2), 0.5), **kwargs)
+
+
+def test_heatmaps_example_titles_name_the_rows():
+    fig = attention_heatmaps(_weights(B=2, H=2), example_titles=["teacher", "student"])
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == ["teacher, head 0", "teacher, head 1", "student, head 0", "student, head 1"]
+    assert fig.data[2].hovertemplate.startswith("student, head 0")
+    one = attention_heatmaps(_weights(B=1, H=2), example_titles=["mine"])
+    assert [a.text for a in one.layout.annotations] == ["mine, head 0", "mine, head 1"]
+
+
+def test_explore_large_seed_agrees_with_static_explorer():
+    e = explore(seed=50)
+    assert e.seed.value == 50 and e.seed.max >= 50  # not clamped to the default range
+    lens = [s.value for s in e.valid_lens]
+    source = make_source(seed=50)
+    expected = source.weights(2, lens)
+    assert not np.allclose(expected.numpy(), make_source(seed=20).weights(2, lens).numpy())
+    _assert_figure_shows(e.figure, expected.numpy(), lens)
+    states = static_explorer(seed=50).layout.meta["explorer"]["weights"]
+    for b in range(2):
+        stored = np.nan_to_num(np.array(states[1][b][lens[b]], dtype=float))
+        np.testing.assert_allclose(stored, expected[b].numpy(), atol=6e-5)
+    assert explore().seed.max == 20
+
+
+@pytest.mark.parametrize("seed", ["a", 1.5, -1, True, None])
+def test_explorers_reject_bad_seeds(seed):
+    with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+        explore(seed=seed)
+    with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+        static_explorer(seed=seed)
+
+
+def test_explorers_reject_non_finite_inputs_and_weights():
+    x = torch.randn(1, 3, 4)
+    x[0, 1, 2] = float("nan")
+    with pytest.raises(ValueError, match="queries must be finite"):
+        explore(queries=x)
+    with pytest.raises(ValueError, match="keys must be finite"):
+        static_explorer(queries=torch.randn(1, 3, 4), keys=x)
+    source = make_source()
+    w = source.weights(2, [6, 4])
+    w[0, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="weights must be finite"):
+        source.parts(w, [6, 4], max_cols=4)
+
+
+@pytest.mark.parametrize("num_heads", [True, 2.0, "2"])
+def test_explorers_reject_non_integer_head_counts(num_heads):
+    with pytest.raises(ValueError, match="num_heads must be one of"):
+        explore(num_heads=num_heads)
+    with pytest.raises(ValueError, match="num_heads must be one of"):
+        static_explorer(num_heads=num_heads)
+
+
+def test_static_explorer_accepts_numpy_integers():
+    fig = static_explorer(decimals=np.int64(3), max_cols=np.int64(2), num_heads=np.int64(4))
+    assert fig.layout.sliders[0].active == 2  # heads (1, 2, 4, 8): 4 is step 2
+
+
+def test_explorers_check_dtype_against_the_model():
+    scene = sentence_scene()
+    mha = seeded_model(scene, 2, 8, seed=0).double()
+    with pytest.raises(ValueError, match=r"queries .*float32.*float64"):
+        explore(mha=mha, queries=scene.queries)
+    with pytest.raises(ValueError, match=r"queries .*float32.*float64"):
+        static_explorer(mha=mha, queries=scene.queries)
+    e = explore(mha=mha, queries=scene.queries.double())  # matching dtypes: fine
+    assert len(e.figure.data) == 4
+    with pytest.raises(ValueError, match="keys must have the dtype and device of the queries"):
+        explore(queries=scene.queries, keys=scene.keys.double())
+    fresh = explore(queries=scene.queries.double())  # fresh models follow the inputs' dtype
+    assert fresh.source.model(2, 0).W_q.weight.dtype == torch.float64
+
+
+def test_static_explorer_and_heatmaps_work_without_ipywidgets():
+    code = (
+        "import sys; sys.modules['ipywidgets'] = None\n"
+        "from mha_lib.viz import attention_heatmaps, static_explorer_html\n"
+        "assert 'plotly_sliderchange' in static_explorer_html()\n"
+        "try:\n"
+        "    from mha_lib.viz import explore\n"
+        "except ImportError:\n"
+        "    print('live explorer needs ipywidgets')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "live explorer needs ipywidgets"

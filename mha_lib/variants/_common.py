@@ -17,6 +17,19 @@ def check_feature_size(x: Tensor, name: str, size: int, setting: str) -> None:
         )
 
 
+def check_like_module(x: Tensor, name: str, param: Tensor) -> None:
+    """Raise a ValueError unless ``x`` has the dtype and device of the module parameter ``param``.
+
+    Without it a float64 input to a float32 module (or a CPU input to a GPU module) fails deep
+    inside torch with a bare RuntimeError.
+    """
+    if x.dtype != param.dtype or x.device != param.device:
+        raise ValueError(
+            f"{name} must have the dtype and device of the module's parameters ({param.dtype} on "
+            f"{param.device}), got {x.dtype} on {x.device}: convert one with .to(...)"
+        )
+
+
 def check_square_mha(mha: object, name: str = "mha") -> MultiHeadAttention:
     """Check that ``mha`` is a MultiHeadAttention whose inputs and projections all have width D.
 

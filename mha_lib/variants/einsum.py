@@ -28,7 +28,12 @@ from mha_lib._checks import check_positive_int, check_probability
 from mha_lib.attention import check_qkv
 from mha_lib.masking import check_attention_mask, masked_softmax_keep, padding_to_keep
 from mha_lib.multihead import MultiHeadAttention
-from mha_lib.variants._common import check_feature_size, check_square_mha, copy_linear
+from mha_lib.variants._common import (
+    check_feature_size,
+    check_like_module,
+    check_square_mha,
+    copy_linear,
+)
 
 
 class EinsumMultiHeadAttention(nn.Module):
@@ -74,10 +79,15 @@ class EinsumMultiHeadAttention(nn.Module):
         Returns:
             ``(output, attn)``: output (B, Lq, d_model), attention weights (H, B, Lq, Lk).
             A query whose every key is masked gets all-zero weights (not NaN).
+
+        Raises:
+            ValueError: inputs that are not 3-D, disagree on B or Lk, have a feature size other
+                than d_model, or another dtype or device than the module; a bad mask.
         """
         check_qkv(q, k, v)
         for name, x in (("q", q), ("k", k), ("v", v)):
             check_feature_size(x, name, self.d_model, "d_model")
+            check_like_module(x, name, self.fc.weight)
         B, Lq, Lk = q.shape[0], q.shape[1], k.shape[1]
         keep = None
         if mask is not None:

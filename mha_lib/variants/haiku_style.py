@@ -24,7 +24,12 @@ from mha_lib._checks import check_positive_int
 from mha_lib.attention import check_qkv
 from mha_lib.masking import check_attention_mask, masked_softmax_keep
 from mha_lib.multihead import MultiHeadAttention
-from mha_lib.variants._common import check_feature_size, check_square_mha, copy_linear
+from mha_lib.variants._common import (
+    check_feature_size,
+    check_like_module,
+    check_square_mha,
+    copy_linear,
+)
 
 
 def scaled_dot_product(
@@ -36,13 +41,52 @@ def scaled_dot_product(
         q: (..., Lq, d); k: (..., Lk, d); v: (..., Lk, dv)
         keep: None or bool broadcastable to (..., Lq, Lk), True = may attend
         returns: values (..., Lq, dv), attention (..., Lq, Lk)
+
+    Raises:
+        ValueError: an operand that is not a floating-point tensor with at least 2 dimensions,
+            operands of different dtypes or devices, q and k with different sizes d, k and v
+            with different lengths Lk, leading axes that do not broadcast, or a bad ``keep``.
     """
+    _check_operands(q, k, v)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Lq, Lk)
     if keep is None:
         attention = torch.softmax(scores, dim=-1)
     else:
         attention = masked_softmax_keep(scores, keep)
     return attention @ v, attention  # (..., Lq, dv), (..., Lq, Lk)
+
+
+def _check_operands(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """The checks of :func:`scaled_dot_product`, each error naming its argument."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() < 2 or not x.is_floating_point():
+            raise ValueError(
+                f"{name} must be a floating-point tensor (..., L, d) with at least 2 dimensions, "
+                f"got dtype {x.dtype} and shape {tuple(x.shape)}"
+            )
+        if (x.dtype, x.device) != (q.dtype, q.device):
+            raise ValueError(
+                f"{name} must have the dtype and device of q ({q.dtype} on {q.device}), "
+                f"got {x.dtype} on {x.device}"
+            )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same size d, got {q.shape[-1]} and {k.shape[-1]} "
+            f"(shapes {tuple(q.shape)} and {tuple(k.shape)})"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same length Lk, got {k.shape[-2]} and {v.shape[-2]}"
+        )
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            "the leading axes of q, k and v must broadcast, got shapes "
+            f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"
+        ) from None
 
 
 class HaikuStyleMultiheadAttention(nn.Module):
@@ -79,10 +123,15 @@ class HaikuStyleMultiheadAttention(nn.Module):
         Returns:
             ``(values, attention)``: (B, Lq, D) and (B, H, Lq, Lk). A query whose every key is
             masked gets all-zero weights (a large negative fill would spread them evenly).
+
+        Raises:
+            ValueError: inputs that are not 3-D, disagree on B or Lk, have a feature size other
+                than d_model, or another dtype or device than the module; a bad mask.
         """
         check_qkv(q, k, v)
         for name, x in (("q", q), ("k", k), ("v", v)):
             check_feature_size(x, name, self.d_model, "d_model")
+            check_like_module(x, name, self.lin_projs[0].weight)
         batch_size, seq_length, _ = q.shape
         keep = None
         if mask is not None:

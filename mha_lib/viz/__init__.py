@@ -6,9 +6,11 @@
 * :func:`static_explorer`       kernel-free explorer for the website (precomputed states), and
   :func:`static_explorer_html`  its HTML for ``IPython.display.HTML``
 * :mod:`mha_lib.viz.scene`      the inputs and the one function computing the explorers' weights
+
+Only the live explorer needs ipywidgets: it is imported on first use of ``explore`` or
+``AttentionExplorer``, so everything else works without it.
 """
 
-from mha_lib.viz.explorer import AttentionExplorer, explore
 from mha_lib.viz.heatmaps import attention_heatmaps
 from mha_lib.viz.static_explorer import static_explorer, static_explorer_html
 from mha_lib.viz.transposition import transposition_figure
@@ -21,3 +23,14 @@ __all__ = [
     "static_explorer_html",
     "transposition_figure",
 ]
+
+_LIVE = ("AttentionExplorer", "explore")
+
+
+def __getattr__(name: str):
+    """Import the live explorer (and so ipywidgets) only when it is asked for."""
+    if name in _LIVE:
+        from mha_lib.viz import explorer
+
+        return getattr(explorer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

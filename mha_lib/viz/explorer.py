@@ -12,43 +12,23 @@ Shape legend
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import ipywidgets as widgets
-import numpy as np
 import plotly.graph_objects as go
 from torch import Tensor
 
-from mha_lib.multihead import MultiHeadAttention
-from mha_lib.viz.heatmaps import DEFAULT_MAX_COLS, _check_max_cols, heatmap_parts
+from mha_lib._checks import check_positive_int
+from mha_lib.viz.heatmaps import DEFAULT_MAX_COLS
 from mha_lib.viz.layout import axis_names
-from mha_lib.viz.scene import DEFAULT_NUM_HIDDENS, DEFAULT_SENTENCES, Source, make_source
+from mha_lib.viz.scene import Source, make_source
 
-
-def source_parts(source: Source, weights: Tensor, valid_lens: Sequence[int], max_cols: int,
-                 num_slots: int | None = None):
-    """Traces and layout for the weights of ``source``, masked keys from ``valid_lens``.
-
-    Args:
-        num_slots: heads the figure has room for; default the largest head count of
-            ``source``, so that hidden slots stand ready for any other head count.
-    """
-    scene = source.scene
-    B, Lq, Lk = scene.batch_size, scene.queries.shape[1], scene.num_keys
-    keep = np.arange(Lk)[None, :] < np.asarray(valid_lens)[:, None]  # (B, Lk)
-    masked = np.broadcast_to(~keep[:, None, :], (B, Lq, Lk))  # (B, Lk) -> (B, Lq, Lk)
-    return heatmap_parts(
-        weights.double().numpy(), masked, query_labels=scene.query_tokens,
-        key_labels=scene.key_tokens, max_cols=max_cols,
-        num_slots=max(source.head_choices) if num_slots is None else num_slots, masked_note=True,
-    )
+SEED_SLIDER_MAX = 20  # the seed slider reaches at least this far (further for a larger seed)
 
 
 def layout_changes(layout: dict, num_axes: int) -> dict:
     """The layout entries that depend on the head count, as flat ``"xaxis2.domain"`` keys.
 
     Args:
-        layout: a layout from :func:`source_parts`.
+        layout: a layout from :meth:`mha_lib.viz.scene.Source.parts`.
         num_axes: number of x (and y) axes in the figure, B * (largest head count).
     """
     changes = {key: layout[key] for key in ("annotations", "shapes", "height")}
@@ -67,22 +47,19 @@ class AttentionExplorer(widgets.VBox):
         heads: ``SelectionSlider`` offering only head counts that divide num_hiddens (a single,
             disabled option for a given ``mha``).
         valid_lens: tuple of B ``IntSlider`` (0..Lk), the valid length of each example.
-        seed: ``IntSlider`` for the random initialisation of the projections, or None for a
-            given ``mha``.
+        seed: ``IntSlider`` (0 .. max(20, initial seed)) for the random initialisation of the
+            projections, or None for a given ``mha``.
         figure: the plotly ``FigureWidget``, created once and updated in place.
         source: the :class:`~mha_lib.viz.scene.Source` computing the weights.
     """
 
-    def __init__(self, source: Source, *, num_heads: int | None = None, seed: int = 0,
+    def __init__(self, source: Source, *, num_heads: int | None = None,
                  max_cols: int = DEFAULT_MAX_COLS) -> None:
         self.source = source
-        self.max_cols = _check_max_cols(max_cols)
+        self.max_cols = check_positive_int(max_cols, "max_cols")
         scene = source.scene
         choices = source.head_choices
-        if num_heads is None:
-            num_heads = 2 if 2 in choices else choices[0]
-        if num_heads not in choices:
-            raise ValueError(f"num_heads must be one of {list(choices)}, got {num_heads!r}")
+        num_heads = source.initial_heads(num_heads)
         style = {"description_width": "initial"}
         self.heads = widgets.SelectionSlider(
             options=list(choices), value=num_heads, description="heads H",
@@ -94,9 +71,10 @@ class AttentionExplorer(widgets.VBox):
             for b, v in enumerate(scene.valid_lens)
         )
         self.seed = None if source.fixed is not None else widgets.IntSlider(
-            value=seed, min=0, max=20, description="seed", style=style)
+            value=source.seed, min=0, max=max(SEED_SLIDER_MAX, source.seed), description="seed",
+            style=style)
         self.info = widgets.HTML()
-        traces, layout = source_parts(source, self.weights(), self.current_valid_lens(), self.max_cols)
+        traces, layout = source.parts(self.weights(), self.current_valid_lens(), self.max_cols)
         self.figure = go.FigureWidget(data=traces, layout=layout)
         self._layout = layout_changes(layout, len(traces))  # what the figure shows now
         self._describe()
@@ -110,7 +88,7 @@ class AttentionExplorer(widgets.VBox):
 
     def weights(self) -> Tensor:
         """(B, H, Lq, Lk) weights for the controls' current values, from MultiHeadAttention."""
-        seed = 0 if self.seed is None else self.seed.value
+        seed = self.source.seed if self.seed is None else self.seed.value
         return self.source.weights(self.heads.value, self.current_valid_lens(), seed)
 
     def _describe(self) -> None:
@@ -129,8 +107,8 @@ class AttentionExplorer(widgets.VBox):
         One batch carries the new weights of every panel and, when the head count changed, the
         layout entries that differ (panels shown, hidden and moved, their titles).
         """
-        traces, layout = source_parts(self.source, self.weights(), self.current_valid_lens(),
-                                      self.max_cols)
+        traces, layout = self.source.parts(self.weights(), self.current_valid_lens(),
+                                           self.max_cols)
         restyle = {key: [trace[key] for trace in traces] for key in ("z", "text", "visible")}
         changes = layout_changes(layout, len(traces))
         relayout = {k: v for k, v in changes.items() if self._layout.get(k) != v}
@@ -146,20 +124,7 @@ class AttentionExplorer(widgets.VBox):
 
 
 def explore(
-    *,
-    mha: MultiHeadAttention | None = None,
-    queries: Tensor | None = None,
-    keys: Tensor | None = None,
-    values: Tensor | None = None,
-    tokens: object = None,
-    query_tokens: object = None,
-    key_tokens: object = None,
-    valid_lens: Sequence[int] | Tensor | None = None,
-    num_heads: int | None = None,
-    num_hiddens: int = DEFAULT_NUM_HIDDENS,
-    sentences: Sequence[str] = DEFAULT_SENTENCES,
-    seed: int = 0,
-    max_cols: int = DEFAULT_MAX_COLS,
+    *, num_heads: int | None = None, max_cols: int = DEFAULT_MAX_COLS, **inputs
 ) -> AttentionExplorer:
     """Explore multi-head attention weights live in Jupyter: sliders, heatmaps, real weights.
 
@@ -185,12 +150,19 @@ def explore(
         valid_lens: B initial valid lengths in [0, Lk], default Lk (nothing masked).
 
     Args:
-        mha: a trained (or any) ``mha_lib.MultiHeadAttention``.
         num_heads: initial head count (default 2 when allowed).
-        num_hiddens: D for the fresh models (ignored with ``mha``).
-        sentences: the default scene's sentences (one example each), when no queries are given.
-        seed: initial seed of the fresh models' parameters and of the default word vectors.
         max_cols: heads side by side before wrapping.
+        **inputs: what to attend over, passed to :func:`mha_lib.viz.scene.make_source`:
+
+            * ``mha``: a trained (or any) ``mha_lib.MultiHeadAttention``;
+            * ``queries``, ``keys``, ``values``: its inputs (see Shapes), all of one dtype and
+              device (the module's, with ``mha``);
+            * ``tokens``, ``query_tokens``, ``key_tokens``, ``valid_lens``: see Shapes;
+            * ``num_hiddens``: D for the fresh models (default 8; ignored with ``mha``);
+            * ``sentences``: the default scene's sentences (one example each), when no
+              queries are given;
+            * ``seed``: integer >= 0, initial seed of the fresh models' parameters and of the
+              default word vectors (default 0).
 
     Returns:
         An :class:`AttentionExplorer` (display it as the last expression of a cell). Its
@@ -198,10 +170,9 @@ def explore(
 
     Raises:
         ValueError: an ``mha`` that is not a MultiHeadAttention or comes without queries,
-            inputs of the wrong shape, labels of the wrong length, valid lengths outside
-            [0, Lk], or a ``num_heads`` that does not divide ``num_hiddens``.
+            inputs of the wrong shape, dtype or device, or not finite, labels of the wrong
+            length, valid lengths outside [0, Lk], a ``num_heads`` that does not divide
+            ``num_hiddens`` (or is not an integer), or a seed that is not an integer >= 0.
+        TypeError: an argument that neither ``explore`` nor ``make_source`` takes.
     """
-    source = make_source(mha=mha, queries=queries, keys=keys, values=values, tokens=tokens,
-                         query_tokens=query_tokens, key_tokens=key_tokens, valid_lens=valid_lens,
-                         sentences=sentences, num_hiddens=num_hiddens, seed=seed)
-    return AttentionExplorer(source, num_heads=num_heads, seed=seed, max_cols=max_cols)
+    return AttentionExplorer(make_source(**inputs), num_heads=num_heads, max_cols=max_cols)

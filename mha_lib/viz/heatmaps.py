@@ -21,6 +21,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from mha_lib._checks import check_positive_int
 from mha_lib.masking import check_valid_lens, keep_mask_from_valid_lens, keep_to_padding
 from mha_lib.viz.layout import (
     MARGIN_BOTTOM_PX,
@@ -88,6 +89,37 @@ def masked_keys(valid_lens: object, batch_size: int, num_queries: int, num_keys:
     return keep_to_padding(keep).numpy()
 
 
+def masked_cells(keep: object, shape: tuple[int, ...]) -> np.ndarray:
+    """Which cells a boolean keep mask hides: bool array of ``shape``, ``True`` = masked.
+
+    Args:
+        keep: bool tensor or array broadcastable to ``shape`` (the weights' shape, (H, Lq, Lk)
+            or (B, H, Lq, Lk)); ``True`` = the query may attend to the key.
+
+    Raises:
+        ValueError: keep not boolean or not broadcastable to ``shape``.
+    """
+    if isinstance(keep, torch.Tensor):
+        if keep.dtype != torch.bool:
+            raise ValueError(f"keep must be a boolean tensor (True = may attend), got {keep.dtype}")
+        keep = keep.detach().cpu().numpy()
+    elif not isinstance(keep, np.ndarray) or keep.dtype != np.bool_:
+        got = keep.dtype if isinstance(keep, np.ndarray) else type(keep).__name__
+        raise ValueError(f"keep must be a boolean tensor or array (True = may attend), got {got}")
+    if not _broadcasts(keep.shape, shape):
+        raise ValueError(
+            f"keep must be broadcastable to the weights' shape {tuple(shape)}, got {keep.shape}"
+        )
+    return ~np.broadcast_to(keep, shape)  # keep -> masked (True = hidden)
+
+
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        return False
+
+
 def weight_text(weight: float) -> str:
     """Hover text of one cell: its weight, or "masked" for NaN (a masked key)."""
     return "masked" if np.isnan(weight) else f"weight {weight:.3f}"
@@ -123,10 +155,16 @@ def example_labels(labels: object, batch_size: int, length: int, name: str):
     return tuple(out)
 
 
-def _check_max_cols(max_cols: object) -> int:
-    if isinstance(max_cols, bool) or not isinstance(max_cols, numbers.Integral) or max_cols < 1:
-        raise ValueError(f"max_cols must be an integer >= 1, got {max_cols!r}")
-    return int(max_cols)
+def example_titles_or_default(titles: object, batch_size: int) -> tuple[str, ...]:
+    """B panel-title prefixes: ``titles`` checked, or "example b" (None)."""
+    if titles is None:
+        return tuple(f"example {b}" for b in range(batch_size))
+    if (isinstance(titles, str) or not isinstance(titles, Sequence) or len(titles) != batch_size
+            or not all(isinstance(t, str) for t in titles)):
+        raise ValueError(
+            f"example_titles must be {batch_size} strings (one per example), got {titles!r}"
+        )
+    return tuple(titles)
 
 
 def _axis(title: str, domain, anchor: str, visible: bool, categories, ticks) -> dict:
@@ -158,6 +196,7 @@ def heatmap_parts(
     num_slots: int | None = None,
     title: str | None = None,
     masked_note: bool | None = None,
+    example_titles: object = None,
 ) -> tuple[list[dict], dict]:
     """Traces and layout (plain dicts) drawing checked weights; shared by every figure here.
 
@@ -167,10 +206,13 @@ def heatmap_parts(
 
     Shapes:
         weights: (B, H, Lq, Lk), as returned by :func:`as_weights`.
-        masked: None or (B, Lq, Lk) bool, as returned by :func:`masked_keys`.
+        masked: None, (B, Lq, Lk) bool (the same for every head), as returned by
+            :func:`masked_keys`, or (B, H, Lq, Lk) bool, as from :func:`masked_cells`.
 
     Args:
         query_labels, key_labels: see :func:`example_labels`.
+        example_titles: B names for the examples in panel titles and hover text (default
+            "example b"; with one example and no names the titles say only "head h").
         num_slots: heads the figure has room for (default H).
         masked_note: show the "grey = masked" note (default: when something is masked).
 
@@ -181,6 +223,7 @@ def heatmap_parts(
     num_slots = H if num_slots is None else num_slots
     if num_slots < H:
         raise ValueError(f"num_slots must be >= the number of heads {H}, got {num_slots}")
+    names = example_titles_or_default(example_titles, B)
     query_ticks = example_labels(query_labels, B, Lq, "query_labels")
     key_ticks = example_labels(key_labels, B, Lk, "key_labels")
     shown = {(p.example, p.head): p for p in panels(B, H, max_cols)}
@@ -193,7 +236,8 @@ def heatmap_parts(
         keys = _categories(key_ticks[b], key_labels is not None)
         z = weights[b].copy()  # (H, Lq, Lk)
         if masked is not None:
-            z[:, masked[b]] = np.nan  # (Lq, Lk) mask broadcast over the heads
+            # (Lq, Lk) -> (H, Lq, Lk): a per-example mask is the same for every head
+            z[np.broadcast_to(masked[b], z.shape)] = np.nan
         for h in range(num_slots):
             slot = b * num_slots + h
             x, y = axis_names(slot)
@@ -204,10 +248,10 @@ def heatmap_parts(
                 "yaxis": y,
                 "coloraxis": "coloraxis",
                 "meta": {"example": b, "head": h},
-                "name": f"example {b}, head {h}",
+                "name": f"{names[b]}, head {h}",
                 "hoverongaps": True,
                 "hovertemplate": (
-                    f"example {b}, head {h}<br>query %{{y}}<br>key %{{x}}<br>%{{text}}<extra></extra>"
+                    f"{names[b]}, head {h}<br>query %{{y}}<br>key %{{x}}<br>%{{text}}<extra></extra>"
                 ),
                 "visible": panel is not None,
                 "x": keys,
@@ -227,7 +271,8 @@ def heatmap_parts(
                     "fillcolor": MASKED_COLOR, "line": {"width": 0},
                 })
                 annotations.append({
-                    "text": f"example {b}, head {h}" if B > 1 else f"head {h}",
+                    "text": (f"{names[b]}, head {h}" if B > 1 or example_titles is not None
+                             else f"head {h}"),
                     "xref": "paper", "yref": "paper",
                     "x": (panel.x_domain[0] + panel.x_domain[1]) / 2, "y": panel.y_domain[1],
                     "xanchor": "center", "yanchor": "bottom", "showarrow": False,
@@ -263,6 +308,8 @@ def attention_heatmaps(
     query_labels: object = None,
     key_labels: object = None,
     valid_lens: object = None,
+    keep: object = None,
+    example_titles: Sequence[str] | None = None,
     title: str | None = None,
     max_cols: int = DEFAULT_MAX_COLS,
 ) -> go.Figure:
@@ -271,13 +318,14 @@ def attention_heatmaps(
     Rows of panels are examples, columns are heads (wrapping after ``max_cols``). Inside a
     panel, x is the key position (or token), y the query position (or token), first query at
     the top. All panels share one 0..1 viridis scale and one colour bar. Keys masked out by
-    ``valid_lens`` are grey gaps with hover text "masked". Every heatmap trace carries
-    ``meta={"example": b, "head": h}``.
+    ``valid_lens`` or by ``keep`` are grey gaps with hover text "masked". Every heatmap trace
+    carries ``meta={"example": b, "head": h}``.
 
     Shapes:
         weights: (H, Lq, Lk) for one example or (B, H, Lq, Lk), e.g. the ``weights`` returned
             by ``MultiHeadAttention(...)(q, k, v, valid_lens, need_weights=True)``.
         valid_lens: None, an int (one example), (B,) or (B, Lq).
+        keep: None, or bool broadcastable to the weights' shape, e.g. (B, 1, 1, Lk).
 
     Args:
         weights: attention weights, entries in [0, 1].
@@ -285,6 +333,10 @@ def attention_heatmaps(
             default the positions.
         key_labels: Lk labels for the x axis, or B such lists; default the positions.
         valid_lens: the valid lengths the weights were computed with; marks masked keys.
+        keep: a boolean mask the weights were computed with, ``True`` = may attend (the
+            convention of ``F.scaled_dot_product_attention``), for masks that valid lengths
+            cannot express (holes, different masks per head). Use it or ``valid_lens``.
+        example_titles: B names of the examples for the panel titles (default "example b").
         title: figure title.
         max_cols: at most this many panels side by side.
 
@@ -292,18 +344,29 @@ def attention_heatmaps(
         A ``plotly.graph_objects.Figure``.
 
     Raises:
-        ValueError: bad weights, labels of the wrong length, bad valid lengths, weights that
-            are not 0 where ``valid_lens`` masks, or ``max_cols`` < 1.
+        ValueError: bad weights, labels of the wrong length, bad valid lengths or keep mask,
+            both ``valid_lens`` and ``keep``, weights that are not 0 where the mask hides a
+            key, bad ``example_titles``, or ``max_cols`` < 1.
     """
+    shape = np.shape(weights) if not isinstance(weights, torch.Tensor) else tuple(weights.shape)
     array = as_weights(weights)
     B, H, Lq, Lk = array.shape
-    masked = masked_keys(valid_lens, B, Lq, Lk)
-    if masked is not None and np.abs(array[np.broadcast_to(masked[:, None], array.shape)]).max(
+    max_cols = check_positive_int(max_cols, "max_cols")
+    if valid_lens is not None and keep is not None:
+        raise ValueError("pass the mask once: valid_lens or keep, not both")
+    if keep is not None:
+        masked = masked_cells(keep, shape).reshape(array.shape)  # (H, Lq, Lk) -> (B, H, Lq, Lk)
+        source = "keep"
+    else:
+        masked = masked_keys(valid_lens, B, Lq, Lk)  # (B, Lq, Lk)
+        masked = None if masked is None else masked[:, None]  # (B, Lq, Lk) -> (B, 1, Lq, Lk)
+        source = "valid_lens"
+    if masked is not None and np.abs(array[np.broadcast_to(masked, array.shape)]).max(
         initial=0.0
     ) > WEIGHT_TOLERANCE:
-        raise ValueError("weights must be 0 on the keys that valid_lens masks out; they are not")
+        raise ValueError(f"weights must be 0 on the keys that {source} masks out; they are not")
     traces, layout = heatmap_parts(
         array, masked, query_labels=query_labels, key_labels=key_labels,
-        max_cols=_check_max_cols(max_cols), title=title,
+        max_cols=max_cols, title=title, example_titles=example_titles,
     )
     return go.Figure(data=traces, layout=layout)

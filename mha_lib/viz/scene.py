@@ -23,9 +23,10 @@ import torch
 from torch import Tensor
 
 from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib._modes import eval_mode
 from mha_lib.attention import check_qkv
 from mha_lib.multihead import MultiHeadAttention
-from mha_lib.viz.heatmaps import example_labels
+from mha_lib.viz.heatmaps import as_weights, example_labels, heatmap_parts, masked_keys
 
 DEFAULT_SENTENCES = ("the cat sat on the mat", "dogs chase the cat")
 PAD = "<pad>"
@@ -78,13 +79,21 @@ def make_scene(
         valid_lens: B initial valid lengths (default Lk for every example).
 
     Raises:
-        ValueError: inputs that are not 3-D float tensors agreeing on B and Lk, labels of the
-            wrong length, or valid lengths outside [0, Lk].
+        ValueError: inputs that are not finite 3-D float tensors agreeing on B and Lk, labels
+            of the wrong length, or valid lengths outside [0, Lk].
     """
     check_tensor(queries, "queries", 3)
     keys = queries if keys is None else keys
     values = keys if values is None else values
     check_qkv(queries, keys, values)
+    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        if (x.dtype, x.device) != (queries.dtype, queries.device):
+            raise ValueError(
+                f"{name} must have the dtype and device of the queries ({queries.dtype} on "
+                f"{queries.device}), got {x.dtype} on {x.device}"
+            )
+        if not torch.isfinite(x).all():
+            raise ValueError(f"{name} must be finite, got NaN or infinity")
     B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
     query_tokens = tokens if query_tokens is None else query_tokens
     key_tokens = tokens if key_tokens is None else key_tokens
@@ -143,7 +152,8 @@ def sentence_scene(
 def seeded_model(scene: Scene, num_heads: int, num_hiddens: int, seed: int) -> MultiHeadAttention:
     """A fresh (untrained) MultiHeadAttention for ``scene``, its parameters drawn from ``seed``.
 
-    The global random state is left untouched. For a fixed seed and num_hiddens the four
+    The model has the dtype and device of the scene's queries. The global random state is
+    left untouched. For a fixed seed and num_hiddens the four
     projection matrices do not depend on ``num_heads`` (they are D x D either way): changing
     the head count only changes how the same projections are split into heads.
     """
@@ -153,7 +163,7 @@ def seeded_model(scene: Scene, num_heads: int, num_hiddens: int, seed: int) -> M
             key_size=scene.keys.shape[-1], query_size=scene.queries.shape[-1],
             value_size=scene.values.shape[-1], num_hiddens=num_hiddens,
             num_heads=num_heads, dropout=0.0,
-        ).eval()
+        ).to(dtype=scene.queries.dtype, device=scene.queries.device).eval()
 
 
 @contextmanager
@@ -182,14 +192,9 @@ def attention_weights(mha: MultiHeadAttention, scene: Scene, valid_lens: Sequenc
     Returns:
         (B, H, Lq, Lk) weights; keys at or past ``valid_lens[b]`` are exactly 0.
     """
-    was_training = mha.training
-    mha.eval()
-    try:
-        with torch.no_grad(), single_thread():
-            _, weights = mha(scene.queries, scene.keys, scene.values,
-                             torch.as_tensor(list(valid_lens)), need_weights=True)
-    finally:
-        mha.train(was_training)
+    with eval_mode(mha), torch.no_grad(), single_thread():
+        _, weights = mha(scene.queries, scene.keys, scene.values,
+                         torch.as_tensor(list(valid_lens)), need_weights=True)
     return weights
 
 
@@ -198,6 +203,12 @@ def divisors(n: int) -> list[int]:
     return [h for h in range(1, n + 1) if n % h == 0]
 
 
+def check_seed(seed: object) -> int:
+    """Return ``seed`` if it is an integer >= 0 (bools excluded), else raise a ValueError."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    return int(seed)
+
 
 @dataclass(frozen=True)
 class Source:
@@ -205,13 +216,28 @@ class Source:
 
     ``model(num_heads, seed)`` returns the MultiHeadAttention to run. For a given module it is
     that module whatever the arguments (its head count is fixed); otherwise a fresh seeded one.
+    ``seed`` is the explorer's initial seed (of the word vectors and the projections).
     """
 
     scene: Scene
     head_choices: tuple[int, ...]
     num_hiddens: int
     fixed: MultiHeadAttention | None = None
+    seed: int = 0
     _models: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def check_heads(self, num_heads: object) -> int:
+        """Return ``num_heads`` if it is one of the head counts offered, else raise."""
+        if (isinstance(num_heads, bool) or not isinstance(num_heads, numbers.Integral)
+                or num_heads not in self.head_choices):
+            raise ValueError(f"num_heads must be one of {list(self.head_choices)}, got {num_heads!r}")
+        return int(num_heads)
+
+    def initial_heads(self, num_heads: object = None) -> int:
+        """The head count an explorer starts with: ``num_heads`` checked, default 2 if offered."""
+        if num_heads is None:
+            return 2 if 2 in self.head_choices else self.head_choices[0]
+        return self.check_heads(num_heads)
 
     def model(self, num_heads: int, seed: int) -> MultiHeadAttention:
         if self.fixed is not None:
@@ -221,11 +247,39 @@ class Source:
             self._models[key] = seeded_model(self.scene, num_heads, self.num_hiddens, seed)
         return self._models[key]
 
-    def weights(self, num_heads: int, valid_lens: Sequence[int], seed: int = 0) -> Tensor:
-        """(B, H, Lq, Lk) weights of the configuration (H, valid lengths, seed)."""
-        if num_heads not in self.head_choices:
-            raise ValueError(f"num_heads must be one of {list(self.head_choices)}, got {num_heads!r}")
-        return attention_weights(self.model(num_heads, seed), self.scene, valid_lens)
+    def weights(self, num_heads: int, valid_lens: Sequence[int], seed: int | None = None) -> Tensor:
+        """(B, H, Lq, Lk) weights of the configuration (H, valid lengths, seed).
+
+        ``seed`` draws the projections of a fresh model (default: :attr:`seed`).
+        """
+        seed = self.seed if seed is None else check_seed(seed)
+        return attention_weights(self.model(self.check_heads(num_heads), seed), self.scene,
+                                 valid_lens)
+
+    def parts(self, weights: Tensor, valid_lens: Sequence[int], max_cols: int,
+              num_slots: int | None = None) -> tuple[list[dict], dict]:
+        """Traces and layout drawing ``weights`` of this source, masked keys from ``valid_lens``.
+
+        Shapes:
+            weights: (B, H, Lq, Lk), e.g. from :meth:`weights`.
+
+        Args:
+            num_slots: heads the figure has room for; default the largest head count offered,
+                so that hidden slots stand ready for any other head count.
+
+        Raises:
+            ValueError: weights not finite or outside [0, 1] (see
+                :func:`mha_lib.viz.heatmaps.as_weights`), bad valid lengths.
+        """
+        scene = self.scene
+        array = as_weights(weights)  # (B, H, Lq, Lk)
+        B, _, Lq, Lk = array.shape
+        return heatmap_parts(
+            array, masked_keys(list(valid_lens), B, Lq, Lk), query_labels=scene.query_tokens,
+            key_labels=scene.key_tokens, max_cols=max_cols,
+            num_slots=max(self.head_choices) if num_slots is None else num_slots,
+            masked_note=True,
+        )
 
 
 def make_source(
@@ -242,7 +296,15 @@ def make_source(
     num_hiddens: int = DEFAULT_NUM_HIDDENS,
     seed: int = 0,
 ) -> Source:
-    """Check an explorer's arguments and return its :class:`Source` (see ``explore``)."""
+    """Check an explorer's arguments and return its :class:`Source`.
+
+    The arguments are those of :func:`mha_lib.viz.explore` and
+    :func:`mha_lib.viz.static_explorer`, which pass them on here.
+
+    Raises:
+        ValueError: see :func:`mha_lib.viz.explore`.
+    """
+    seed = check_seed(seed)
     if mha is not None:
         if not isinstance(mha, MultiHeadAttention):
             raise ValueError(f"mha must be a mha_lib.MultiHeadAttention, got {type(mha).__name__}")
@@ -260,7 +322,7 @@ def make_source(
         scene = make_scene(queries, keys, values, tokens=tokens, query_tokens=query_tokens,
                            key_tokens=key_tokens, valid_lens=valid_lens)
     if mha is not None:
-        mha._check_inputs(scene.queries, scene.keys, scene.values)
-        return Source(scene, (mha.num_heads,), mha.num_hiddens, fixed=mha)
+        mha.check_inputs(scene.queries, scene.keys, scene.values)  # sizes, dtype, device
+        return Source(scene, (mha.num_heads,), mha.num_hiddens, fixed=mha, seed=seed)
     num_hiddens = check_positive_int(num_hiddens, "num_hiddens")
-    return Source(scene, tuple(divisors(num_hiddens)), num_hiddens)
+    return Source(scene, tuple(divisors(num_hiddens)), num_hiddens, seed=seed)

@@ -16,15 +16,15 @@ Shape legend
 
 from __future__ import annotations
 
+import numbers
 from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
-from mha_lib.multihead import MultiHeadAttention
-from mha_lib.viz.explorer import source_parts
-from mha_lib.viz.heatmaps import DEFAULT_MAX_COLS, _check_max_cols
-from mha_lib.viz.scene import DEFAULT_NUM_HIDDENS, DEFAULT_SENTENCES, Source, make_source
+from mha_lib._checks import check_positive_int
+from mha_lib.viz.heatmaps import DEFAULT_MAX_COLS
+from mha_lib.viz.scene import Source, make_source
 
 DIV_ID = "mha-static-explorer"
 SLIDER_ROW_PX = 85  # height of one row of sliders above the panels
@@ -80,12 +80,13 @@ def _state(weights: np.ndarray, valid_len: int, decimals: int) -> list:
     return rounded.tolist()
 
 
-def explorer_states(source: Source, *, seed: int = 0, decimals: int = 4) -> list:
+def explorer_states(source: Source, *, seed: int | None = None, decimals: int = 4) -> list:
     """Every state of the static explorer: ``states[i][b][v]`` = head count ``i``, example ``b``,
     valid length ``v``, a (H, Lq, Lk) nested list (masked keys None), rounded to ``decimals``.
 
     Computed with the valid lengths ``[v] * B``: example ``b``'s weights depend only on
     ``valid_lens[b]``, so any combination of slider positions is a combination of states.
+    ``seed`` draws the projections (default: the source's seed).
     """
     B, Lk = source.scene.batch_size, source.scene.num_keys
     states = []
@@ -124,25 +125,16 @@ def _sliders(source: Source, heads_index: int, valid_lens: Sequence[int]) -> lis
 
 def static_explorer(
     *,
-    mha: MultiHeadAttention | None = None,
-    queries=None,
-    keys=None,
-    values=None,
-    tokens: object = None,
-    query_tokens: object = None,
-    key_tokens: object = None,
-    valid_lens: Sequence[int] | None = None,
     num_heads: int | None = None,
-    num_hiddens: int = DEFAULT_NUM_HIDDENS,
-    sentences: Sequence[str] = DEFAULT_SENTENCES,
-    seed: int = 0,
     max_cols: int = DEFAULT_MAX_COLS,
     decimals: int = 4,
+    **inputs,
 ) -> go.Figure:
     """A self-contained plotly figure exploring head count and valid lengths without a kernel.
 
     The arguments mean what they mean for :func:`mha_lib.viz.explore` (same defaults, same
-    weights); ``seed`` is fixed here. Sliders: "heads: " (head counts dividing num_hiddens) and
+    weights; ``inputs`` go to :func:`mha_lib.viz.scene.make_source`); ``seed`` is fixed here.
+    Sliders: "heads: " (head counts dividing num_hiddens) and
     one "valid length (example b): " per example ("valid length: " for one example). The
     states live in ``fig.layout.meta["explorer"]``: ``heads``, ``weights`` (see
     :func:`explorer_states`), per head count the ``traces`` (without weights) and the
@@ -158,25 +150,21 @@ def static_explorer(
     Raises:
         ValueError: as :func:`mha_lib.viz.explore`, or ``decimals`` not in 1..8.
     """
-    if isinstance(decimals, bool) or not isinstance(decimals, int) or not 1 <= decimals <= 8:
+    if (isinstance(decimals, bool) or not isinstance(decimals, numbers.Integral)
+            or not 1 <= decimals <= 8):
         raise ValueError(f"decimals must be an integer in 1..8, got {decimals!r}")
-    max_cols = _check_max_cols(max_cols)
-    source = make_source(mha=mha, queries=queries, keys=keys, values=values, tokens=tokens,
-                         query_tokens=query_tokens, key_tokens=key_tokens, valid_lens=valid_lens,
-                         sentences=sentences, num_hiddens=num_hiddens, seed=seed)
+    decimals = int(decimals)
+    max_cols = check_positive_int(max_cols, "max_cols")
+    source = make_source(**inputs)
     heads = list(source.head_choices)
-    if num_heads is None:
-        num_heads = 2 if 2 in heads else heads[0]
-    if num_heads not in heads:
-        raise ValueError(f"num_heads must be one of {heads}, got {num_heads!r}")
+    num_heads = source.initial_heads(num_heads)
     lens = list(source.scene.valid_lens)
-    states = explorer_states(source, seed=seed, decimals=decimals)
+    states = explorer_states(source, decimals=decimals)
     sliders = _sliders(source, heads.index(num_heads), lens)
     extra_px = SLIDER_ROW_PX * -(-len(sliders) // SLIDERS_PER_ROW)
     skeletons, layouts = [], []
     for i, H in enumerate(heads):
-        traces, layout = source_parts(source, source.weights(H, lens, seed), lens, max_cols,
-                                      num_slots=H)
+        traces, layout = source.parts(source.weights(H, lens), lens, max_cols, num_slots=H)
         for trace in traces:  # the stored state, so the page shows exactly what sliders do
             b, h = trace["meta"]["example"], trace["meta"]["head"]
             trace["z"] = states[i][b][lens[b]][h]

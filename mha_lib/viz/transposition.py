@@ -27,6 +27,7 @@ MAX_CELLS = 400
 def index_tensor(batch_size: int, seq_len: int, num_features: int) -> torch.Tensor:
     """(B, L, D) float tensor whose entry ``[b, t, f]`` is ``(b*L + t)*D + f``: its own address."""
     n = batch_size * seq_len * num_features
+    # (B*L*D,) -> (B, L, D)
     return torch.arange(n, dtype=torch.float64).reshape(batch_size, seq_len, num_features)
 
 
