@@ -10,7 +10,7 @@ Layers, lowest first (a layer imports only from the ones above it in this list):
 """
 
 from mha_lib.attention import DotProductAttention
-from mha_lib.heads import transpose_output, transpose_qkv
+from mha_lib.heads import merge_heads, split_heads, transpose_output, transpose_qkv
 from mha_lib.masking import (
     check_valid_lens,
     keep_mask_from_valid_lens,
@@ -27,9 +27,11 @@ __all__ = [
     "check_valid_lens",
     "keep_mask_from_valid_lens",
     "keep_to_padding",
+    "merge_heads",
     "masked_softmax",
     "padding_mask_from_valid_lens",
     "padding_to_keep",
+    "split_heads",
     "transpose_output",
     "transpose_qkv",
 ]

@@ -155,14 +155,28 @@ def masked_softmax(X: Tensor, valid_lens: Tensor | Sequence[float] | None = None
     # broadcasts over the queries is enough, and costs Lq times less to build than (B, Lq, Lk).
     keep = keep_mask_from_valid_lens(valid_lens, Lq if valid_lens.dim() == 2 else 1, Lk)
     # keep: (B, Lq, Lk) or (B, 1, Lk)
-    # The most negative finite number, not -inf: a row with nothing to keep then stays finite
-    # (uniform) inside the softmax, and the multiplication by `keep` below zeroes it.
-    # (`torch.where` writes the new scores in one pass; `X.masked_fill` would copy X first.)
-    scores = torch.where(keep, X, torch.finfo(X.dtype).min)
-    weights = torch.softmax(scores, dim=-1)
-    if bool((valid_lens == 0).any()):
-        weights = weights * keep  # rows with valid length 0 -> all zeros
-    return weights
+    return softmax_over_kept(X, keep, zero_empty_rows=bool((valid_lens == 0).any()))
+
+
+def softmax_over_kept(X: Tensor, keep: Tensor, zero_empty_rows: bool = True) -> Tensor:
+    """The masked softmax itself: ignore the scores where ``keep`` is False.
+
+    Masked scores are replaced by the most negative *finite* number, not ``-inf``: a row with
+    nothing to keep then stays finite (uniform) inside the softmax instead of becoming
+    0/0 = NaN, and the multiplication by ``keep`` turns it into zeros. In a row that keeps at
+    least one key the masked entries come out exactly 0 (exp(lowest - max) underflows to 0).
+
+    Shapes:
+        X: (..., Lk) scores; keep: bool, broadcastable to X (True = may attend).
+
+    Args:
+        X: finite scores (an infinite score makes its row NaN, as in any softmax).
+        keep: which scores to use.
+        zero_empty_rows: skip the final product when the caller knows every row keeps a key.
+    """
+    # torch.where writes the new scores in one pass; X.masked_fill(~keep, ...) would copy X first.
+    weights = torch.softmax(torch.where(keep, X, torch.finfo(X.dtype).min), dim=-1)
+    return weights * keep if zero_empty_rows else weights  # rows with nothing to keep -> 0
 
 
 # --- Boolean masks of any layout (used by mha_lib.variants) -------------------------------------
@@ -237,10 +251,7 @@ def masked_softmax_keep(X: Tensor, keep: Tensor) -> Tensor:
             f"keep must be broadcastable to the scores' shape {tuple(X.shape)}, "
             f"got {tuple(keep.shape)}"
         )
-    # Finite fill, then zero the masked entries: an all-masked row is uniform inside the
-    # softmax and all zeros after the product, where -inf would have made it NaN.
-    lowest = torch.finfo(X.dtype).min
-    return torch.softmax(X.masked_fill(~keep, lowest), dim=-1) * keep
+    return softmax_over_kept(X, keep)
 
 
 def valid_lens_from_keep_mask(keep: Tensor) -> Tensor:

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int, check_probability
 from mha_lib.attention import DotProductAttention, check_qkv
-from mha_lib.heads import transpose_output, transpose_qkv
+from mha_lib.heads import merge_heads, split_heads, transpose_output, transpose_qkv
 from mha_lib.masking import check_valid_lens, keep_mask_from_valid_lens
 
 
@@ -62,6 +62,8 @@ class MultiHeadAttention(nn.Module):
         for name, size in sizes.items():
             check_positive_int(size, name)
         check_positive_int(num_hiddens, "num_hiddens")
+        if not isinstance(bias, bool):
+            raise ValueError(f"bias must be True or False, got {bias!r}")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         if num_hiddens % num_heads:
             raise ValueError(
@@ -106,7 +108,9 @@ class MultiHeadAttention(nn.Module):
         Returns:
             output (B, Lq, D), or ``(output, weights)`` with weights (B, H, Lq, Lk).
         """
-        self._check_inputs(queries, keys, values)
+        self.check_inputs(queries, keys, values)
+        if not isinstance(need_weights, bool):
+            raise ValueError(f"need_weights must be True or False, got {need_weights!r}")
         B, Lq, _ = queries.shape
         Lk = keys.shape[1]
         valid_lens = check_valid_lens(valid_lens, B, Lq, Lk)
@@ -138,10 +142,10 @@ class MultiHeadAttention(nn.Module):
     def _forward_fast(self, queries, keys, values, valid_lens, gates):
         """Same output through the fused ``F.scaled_dot_product_attention``."""
         B, Lq, _ = queries.shape
-        Lk, H, d = keys.shape[1], self.num_heads, self.head_size
-        q = self.W_q(queries).view(B, Lq, H, d).transpose(1, 2)  # (B, Lq, D) -> (B, H, Lq, d)
-        k = self.W_k(keys).view(B, Lk, H, d).transpose(1, 2)  # (B, Lk, D) -> (B, H, Lk, d)
-        v = self.W_v(values).view(B, Lk, H, d).transpose(1, 2)  # (B, Lk, D) -> (B, H, Lk, d)
+        Lk, H = keys.shape[1], self.num_heads
+        q = split_heads(self.W_q(queries), H)  # (B, Lq, D) -> (B, H, Lq, d)
+        k = split_heads(self.W_k(keys), H)  # (B, Lk, D) -> (B, H, Lk, d)
+        v = split_heads(self.W_v(values), H)  # (B, Lk, D) -> (B, H, Lk, d)
         keep = empty = None
         if valid_lens is not None and not bool((valid_lens == Lk).all()):
             # One length per example: a (B, 1, 1, Lk) keep mask broadcasts over heads and
@@ -164,11 +168,16 @@ class MultiHeadAttention(nn.Module):
             out = out.masked_fill(empty, 0.0)
         if gates is not None:
             out = out * gates[:, :, None, None]  # (B, H) -> (B, H, 1, 1)
-        out = out.transpose(1, 2).reshape(B, Lq, H * d)  # (B, H, Lq, d) -> (B, Lq, D)
-        return self.W_o(out)
+        return self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
 
-    def _check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
+    def check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
+        """Raise a ``ValueError`` unless the inputs fit this module.
+
+        They must be 3-D floating-point tensors with one batch size, as many keys as values,
+        the configured feature sizes, and the dtype and device of the module's weights.
+        """
         check_qkv(queries, keys, values)
+        weight = self.W_q.weight
         expected = (
             ("queries", queries, self.W_q.in_features, "query_size"),
             ("keys", keys, self.W_k.in_features, "key_size"),
@@ -180,15 +189,30 @@ class MultiHeadAttention(nn.Module):
                     f"{name} must have feature size {setting} = {size}, "
                     f"got {x.shape[-1]} (shape {tuple(x.shape)})"
                 )
+            if x.dtype != weight.dtype or x.device != weight.device:
+                raise ValueError(
+                    f"{name} are {x.dtype} on {x.device} but the module's weights are "
+                    f"{weight.dtype} on {weight.device}: convert one with .to(...)"
+                )
 
     def _check_head_mask(self, head_mask: Tensor | None, batch_size: int, like: Tensor):
         """Return the gates as a (B, H) tensor, or None."""
         if head_mask is None:
             return None
         H = self.num_heads
-        head_mask = torch.as_tensor(head_mask, dtype=like.dtype, device=like.device)
+        try:
+            head_mask = torch.as_tensor(head_mask)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(
+                f"head_mask must be a tensor of gates (numbers), got {type(head_mask).__name__}"
+            ) from None
+        if head_mask.dtype == torch.bool or head_mask.is_complex():
+            raise ValueError(f"head_mask must hold real numbers, got dtype {head_mask.dtype}")
+        head_mask = head_mask.to(dtype=like.dtype, device=like.device)  # keeps its gradient
+        if not torch.isfinite(head_mask).all():
+            raise ValueError(f"head_mask must be finite, got {head_mask.tolist()}")
         if head_mask.shape == (H,):
-            return head_mask.expand(batch_size, H)
+            return head_mask.expand(batch_size, H)  # (H,) -> (B, H)
         if head_mask.shape == (batch_size, H):
             return head_mask
         raise ValueError(

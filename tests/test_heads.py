@@ -4,7 +4,7 @@ import einops
 import pytest
 import torch
 
-from mha_lib import transpose_output, transpose_qkv
+from mha_lib import merge_heads, split_heads, transpose_output, transpose_qkv
 
 
 def test_shapes_and_exact_round_trip():
@@ -39,3 +39,16 @@ def test_errors_are_named():
         transpose_output(torch.randn(5, 2, 3), 2)
     with pytest.raises(ValueError, match="X must have 3 dimensions"):
         transpose_output(torch.randn(5, 2), 1)
+
+
+def test_split_and_merge_heads():
+    X = torch.randn(2, 3, 8)
+    split = split_heads(X, 4)
+    assert split.shape == (2, 4, 3, 2)
+    assert torch.equal(split, einops.rearrange(X, "b l (h d) -> b h l d", h=4))
+    assert torch.equal(merge_heads(split), X)
+
+
+def test_merge_heads_needs_four_dimensions():
+    with pytest.raises(ValueError, match="X must have 4 dimensions"):
+        merge_heads(torch.randn(2, 3, 4))

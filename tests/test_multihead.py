@@ -169,3 +169,38 @@ def test_bad_input_is_named(change, message):
         with pytest.raises(ValueError, match=message):
             mha(args["q"], args["k"], args["v"], args["valid_lens"],
                 need_weights=need_weights, head_mask=args["head_mask"])
+
+
+def test_dtype_and_device_mismatch_is_named():
+    mha = MultiHeadAttention(8, 8, 8, 8, 2, 0.0)
+    q, k, v = _inputs(dtype=torch.float64)
+    with pytest.raises(ValueError, match="queries are torch.float64 on cpu but the module's weights are torch.float32"):
+        mha(q, k, v)
+
+
+@pytest.mark.parametrize(
+    "head_mask, message",
+    [
+        ("ab", "head_mask must be a tensor of gates"),
+        (torch.tensor([True, False]), "head_mask must hold real numbers"),
+        ([float("nan"), 1.0], "head_mask must be finite"),
+    ],
+)
+def test_bad_head_mask_values(head_mask, message):
+    mha = MultiHeadAttention(8, 8, 8, 8, 2, 0.0)
+    with pytest.raises(ValueError, match=message):
+        mha(*_inputs(), head_mask=head_mask)
+
+
+def test_head_mask_keeps_its_gradient():
+    mha = MultiHeadAttention(8, 8, 8, 8, 2, 0.0)
+    gates = torch.ones(2, requires_grad=True)
+    mha(*_inputs(), head_mask=gates).sum().backward()
+    assert gates.grad is not None and torch.isfinite(gates.grad).all()
+
+
+def test_flags_must_be_booleans():
+    with pytest.raises(ValueError, match="need_weights must be True or False, got 'no'"):
+        MultiHeadAttention(8, 8, 8, 8, 2, 0.0)(*_inputs(), need_weights="no")
+    with pytest.raises(ValueError, match="bias must be True or False"):
+        MultiHeadAttention(8, 8, 8, 8, 2, 0.0, bias="no")
