@@ -25,6 +25,8 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
         ValueError: if ``query_size != num_hiddens``: PyTorch's module projects queries to
             their own width, so it cannot express that configuration.
     """
+    if not isinstance(mha, MultiHeadAttention):
+        raise ValueError(f"mha must be an mha_lib.MultiHeadAttention, got {type(mha).__name__}")
     D, H = mha.num_hiddens, mha.num_heads
     if mha.W_q.in_features != D or mha.W_o.out_features != D:
         raise ValueError(
@@ -35,7 +37,7 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     torch_mha = nn.MultiheadAttention(
         D, H, dropout=mha.attention.dropout.p, bias=bias, batch_first=True,
         kdim=mha.W_k.in_features, vdim=mha.W_v.in_features,
-    ).to(dtype=mha.W_q.weight.dtype)
+    ).to(dtype=mha.W_q.weight.dtype, device=mha.W_q.weight.device)
     with torch.no_grad():
         if torch_mha.in_proj_weight is not None:
             torch_mha.in_proj_weight.copy_(torch.cat([mha.W_q.weight, mha.W_k.weight, mha.W_v.weight]))

@@ -204,3 +204,8 @@ def test_flags_must_be_booleans():
         MultiHeadAttention(8, 8, 8, 8, 2, 0.0)(*_inputs(), need_weights="no")
     with pytest.raises(ValueError, match="bias must be True or False"):
         MultiHeadAttention(8, 8, 8, 8, 2, 0.0, bias="no")
+
+
+def test_to_torch_needs_our_module():
+    with pytest.raises(ValueError, match="mha must be an mha_lib.MultiHeadAttention, got str"):
+        to_torch_mha("x")
