@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int
+from mha_lib.heads import split_heads
 from mha_lib.interop import to_torch_mha
 from mha_lib.masking import keep_mask_from_valid_lens, padding_mask_from_valid_lens
 from mha_lib.multihead import MultiHeadAttention
@@ -193,6 +194,7 @@ def make_contenders(case: Case, *, seed: int = 0) -> dict[str, Callable[[], Tens
     B, Lq, Lk, H, d = s.B, s.Lq, s.Lk, s.H, s.d
 
     def limit() -> Tensor:
+        # Written out bare (no argument checks, unlike split_heads/merge_heads): the least work.
         qh = mha.W_q(q).view(B, Lq, H, d).transpose(1, 2)  # (B, Lq, D) -> (B, H, Lq, d)
         kh = mha.W_k(k).view(B, Lk, H, d).transpose(1, 2)  # (B, Lk, D) -> (B, H, Lk, d)
         vh = mha.W_v(v).view(B, Lk, H, d).transpose(1, 2)  # (B, Lk, D) -> (B, H, Lk, d)
@@ -404,9 +406,9 @@ def split_contenders(case: Case, *, seed: int = 0) -> dict[str, Callable[[], obj
     s = case.sizes
     mha, _ = make_modules(s, seed=seed, dtype=case.queries.dtype)
     with torch.no_grad():
-        q = mha.W_q(case.queries).view(s.B, s.Lq, s.H, s.d).transpose(1, 2)  # (B, H, Lq, d)
-        k = mha.W_k(case.keys).view(s.B, s.Lk, s.H, s.d).transpose(1, 2)  # (B, H, Lk, d)
-        v = mha.W_v(case.values).view(s.B, s.Lk, s.H, s.d).transpose(1, 2)  # (B, H, Lk, d)
+        q = split_heads(mha.W_q(case.queries), s.H)  # (B, Lq, D) -> (B, H, Lq, d)
+        k = split_heads(mha.W_k(case.keys), s.H)  # (B, Lk, D) -> (B, H, Lk, d)
+        v = split_heads(mha.W_v(case.values), s.H)  # (B, Lk, D) -> (B, H, Lk, d)
     keep = None
     if case.valid_lens is not None:
         keep = keep_mask_from_valid_lens(case.valid_lens, 1, s.Lk)[:, None]  # (B, 1, 1, Lk)
