@@ -6,7 +6,7 @@ STAMP := .venv/.installed
 BUILD := _build/html
 CHAPTERS := $(wildcard chapters/*.ipynb)
 
-.PHONY: help venv chromium book book-strict test unit nbval browser student clean
+.PHONY: help venv chromium book test unit nbval browser student clean
 
 help:
 	@echo "make book     build the website into $(BUILD) (creates .venv and installs first)"
