@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import numbers
 import os
 import statistics
 import sys
@@ -83,6 +84,122 @@ __all__ = [
 ]
 
 
+# --- argument checks (each raises a ValueError naming the argument) ---------------------------
+
+
+def _check_sizes(sizes: object, name: str = "sizes") -> Sizes:
+    if not isinstance(sizes, Sizes):
+        raise ValueError(f"{name} must be a mha_lib.bench.Sizes, got {type(sizes).__name__}")
+    return sizes
+
+
+def _check_seed(seed: object) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    return int(seed)
+
+
+def _check_min_time(min_time: object) -> float:
+    if (
+        isinstance(min_time, bool)
+        or not isinstance(min_time, numbers.Real)
+        or not math.isfinite(min_time)
+        or min_time <= 0
+    ):
+        raise ValueError(f"min_time must be a finite number of seconds > 0, got {min_time!r}")
+    return float(min_time)
+
+
+def _check_case(case: object) -> "Case":
+    if not isinstance(case, Case):
+        raise ValueError(
+            f"case must be a mha_lib.bench.Case (see make_case), got {type(case).__name__}"
+        )
+    return case
+
+
+def _check_rows(rows: object, kind: type, name: str) -> list:
+    """A non-empty sequence of ``kind``."""
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+        raise ValueError(f"{name} must be a non-empty sequence of {kind.__name__}, got {rows!r}")
+    for i, row in enumerate(rows):
+        if not isinstance(row, kind):
+            raise ValueError(f"{name}[{i}] must be a {kind.__name__}, got {type(row).__name__}")
+    return list(rows)
+
+
+_MEMORY_KEYS = ("L", "weights_bytes", "peak_weights", "peak_fast")
+
+
+def _check_memory_rows(rows: object) -> list:
+    _check_rows(rows, Mapping, "rows")
+    for i, row in enumerate(rows):
+        missing = [key for key in _MEMORY_KEYS if key not in row]
+        if missing:
+            raise ValueError(f"rows[{i}] must have the keys {list(_MEMORY_KEYS)} "
+                             f"(see memory_table), it lacks {missing}")
+    return list(rows)
+
+
+def _check_BDH(B: object, D: object, H: object) -> None:
+    for value, name in ((B, "B"), (D, "D"), (H, "H")):
+        check_positive_int(value, name)
+    if D % H:
+        raise ValueError(f"D ({D}) must be divisible by H ({H})")
+
+
+def _check_float_dtype(dtype: object) -> torch.dtype:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    return dtype
+
+
+def _check_callable(fn: object, name: str) -> Callable:
+    if not callable(fn):
+        raise ValueError(f"{name} must be callable, got {type(fn).__name__}")
+    return fn
+
+
+def _check_functions(fns: object, name: str) -> Mapping[str, Callable]:
+    """A non-empty mapping from names to argument-free callables."""
+    if not isinstance(fns, Mapping):
+        raise ValueError(f"{name} must be a mapping of names to functions, got {type(fns).__name__}")
+    if not fns:
+        raise ValueError(f"{name} must hold at least one function, got none")
+    for key, fn in fns.items():
+        _check_callable(fn, f"{name}[{key!r}]")
+    return fns
+
+
+def _check_contender(name: object, arg: str) -> str:
+    if not isinstance(name, str) or name not in CONTENDER_LABELS:
+        raise ValueError(f"{arg} must be one of {sorted(CONTENDER_LABELS)}, got {name!r}")
+    return name
+
+
+def _check_items(values: object, name: str, what: str, check: Callable) -> list:
+    """A non-empty sequence (not a single item) whose entries pass ``check(entry, name[i])``."""
+    if isinstance(values, (str, bytes, bool, Sizes)) or not isinstance(values, Iterable):
+        raise ValueError(f"{name} must be a sequence of {what}, got {values!r}")
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} must hold at least one of {what}, got none")
+    for i, value in enumerate(values):
+        check(value, f"{name}[{i}]")
+    return values
+
+
+def _check_bool(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _check_lengths(lengths: object, name: str = "lengths") -> list[int]:
+    """A non-empty sequence of integers >= 1."""
+    return _check_items(lengths, name, "integers >= 1", check_positive_int)
+
+
 @dataclass(frozen=True)
 class Sizes:
     """One problem size: B examples, Lq queries, Lk key-value pairs, width D, H heads."""
@@ -94,10 +211,9 @@ class Sizes:
     H: int
 
     def __post_init__(self) -> None:
-        for name in ("B", "Lq", "Lk", "D", "H"):
-            check_positive_int(getattr(self, name), name)
-        if self.D % self.H:
-            raise ValueError(f"D ({self.D}) must be divisible by H ({self.H})")
+        check_positive_int(self.Lq, "Lq")
+        check_positive_int(self.Lk, "Lk")
+        _check_BDH(self.B, self.D, self.H)
 
     @property
     def d(self) -> int:
@@ -122,7 +238,11 @@ CONTENDER_LABELS = {
     "torch_weights": "nn.MultiheadAttention(need_weights=True)",
 }
 
-#: The ratios the table reports: (numerator, denominator, target or None).
+#: The ratios the table reports: (numerator, denominator, target or None). The target
+#: fast/torch <= 0.60 dates from PyTorch versions whose ``nn.MultiheadAttention`` materialised
+#: the weights even with ``need_weights=False``; in torch 2.13 it calls the same fused
+#: ``F.scaled_dot_product_attention`` as the fast path, so the two are about level and the
+#: table marks this target MISS: it cannot be met by a faster implementation of ours.
 TARGETS: tuple[tuple[str, str, float | None], ...] = (
     ("fast", "limit", 1.10),
     ("fast", "torch", 0.60),
@@ -153,7 +273,15 @@ def make_case(
 
     Queries, keys and values are three different tensors (cross-attention), so that no
     contender can take a self-attention shortcut the others cannot.
+
+    Raises:
+        ValueError: if ``sizes`` is not a :class:`Sizes`, ``masked`` not a bool, ``seed`` not
+            an integer >= 0 or ``dtype`` not a floating-point ``torch.dtype``.
     """
+    _check_sizes(sizes)
+    _check_bool(masked, "masked")
+    _check_seed(seed)
+    _check_float_dtype(dtype)
     g = torch.Generator().manual_seed(seed)
     B, Lq, Lk, D = sizes.B, sizes.Lq, sizes.Lk, sizes.D
     queries = torch.randn(B, Lq, D, generator=g, dtype=dtype)
@@ -170,6 +298,9 @@ def make_modules(
 
     Both have no biases; :func:`mha_lib.interop.to_torch_mha` copies the weights across.
     """
+    _check_sizes(sizes)
+    _check_seed(seed)
+    _check_float_dtype(dtype)
     D, H = sizes.D, sizes.H
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -184,6 +315,8 @@ def make_contenders(case: Case, *, seed: int = 0) -> dict[str, Callable[[], Tens
     ``(output, weights)`` with weights (B, H, Lq, Lk). The masks that ``limit`` and ``torch``
     take in their own format are built once, outside the calls, as a user would.
     """
+    _check_case(case)
+    _check_seed(seed)
     s = case.sizes
     mha, ref = make_modules(s, seed=seed, dtype=case.queries.dtype)
     q, k, v, valid_lens = case.queries, case.keys, case.values, case.valid_lens
@@ -217,12 +350,16 @@ def check_agreement(contenders: Mapping[str, Callable[[], Tensor]], **tolerances
 
     Raises:
         AssertionError: from ``torch.testing.assert_close``, naming the contender.
+        ValueError: if ``contenders`` is not a non-empty mapping of callables.
     """
+    _check_functions(contenders, "contenders")
     with torch.inference_mode():
         results = {name: fn() for name, fn in contenders.items()}
     outputs = {n: r[0] if isinstance(r, tuple) else r for n, r in results.items()}
     weights = {n: r[1] for n, r in results.items() if isinstance(r, tuple)}
     for group in (outputs, weights):
+        if not group:
+            continue
         first, *others = group
         for name in others:
             torch.testing.assert_close(
@@ -237,6 +374,7 @@ def time_paired(
     min_time: float = 0.05,
     blocks: int = 3,
     warmup: int = 1,
+    timer: Callable[[], float] = time.perf_counter,
 ) -> dict[str, list[float]]:
     """Seconds per call of each function, one number per repetition, measured in turns.
 
@@ -246,13 +384,24 @@ def time_paired(
     different function each time, and a function's time for the repetition is its fastest
     block: a burst of load from another process lengthens some blocks, never shortens one.
 
+    Args:
+        fns: argument-free functions to time, by name.
+        repeats: repetitions, i.e. times per function.
+        min_time: seconds (> 0) the slowest function spends in one repetition.
+        blocks: blocks per function and repetition.
+        warmup: untimed calls of each function first (>= 0).
+        timer: the clock, in seconds (tests pass a fake one).
+
     Returns:
         ``{name: [seconds per call in repetition 0, 1, ...]}``.
     """
+    _check_functions(fns, "fns")
     check_positive_int(repeats, "repeats")
+    _check_min_time(min_time)
     check_positive_int(blocks, "blocks")
-    if not fns:
-        raise ValueError("fns must hold at least one function, got none")
+    if isinstance(warmup, bool) or not isinstance(warmup, numbers.Integral) or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    _check_callable(timer, "timer")
     names = list(fns)
     with torch.inference_mode():
         for fn in fns.values():
@@ -260,9 +409,9 @@ def time_paired(
                 fn()
         slowest = 0.0
         for fn in fns.values():
-            start = time.perf_counter()
+            start = timer()
             fn()
-            slowest = max(slowest, time.perf_counter() - start)
+            slowest = max(slowest, timer() - start)
         number = max(1, math.ceil(min_time / blocks / max(slowest, 1e-9)))
         times: dict[str, list[float]] = {name: [] for name in names}
         for r in range(repeats):
@@ -272,10 +421,10 @@ def time_paired(
             for _ in range(blocks):
                 for name in order:
                     fn = fns[name]
-                    start = time.perf_counter()
+                    start = timer()
                     for _ in range(number):
                         fn()
-                    best[name] = min(best[name], (time.perf_counter() - start) / number)
+                    best[name] = min(best[name], (timer() - start) / number)
             for name in names:
                 times[name].append(best[name])
     return times
@@ -294,7 +443,24 @@ class Ratio:
 
 
 def paired_ratio(times: Mapping[str, Sequence[float]], num: str, den: str) -> Ratio:
-    """The ratio time[num] / time[den], repetition by repetition, summarised."""
+    """The ratio time[num] / time[den], repetition by repetition, summarised.
+
+    Raises:
+        ValueError: if ``num`` or ``den`` is not a key of ``times``, the two lists differ in
+            length or are empty, or a time of ``den`` is not positive.
+    """
+    if not isinstance(times, Mapping):
+        raise ValueError(f"times must be a mapping of names to times, got {type(times).__name__}")
+    for arg, name in (("num", num), ("den", den)):
+        if name not in times:
+            raise ValueError(f"{arg} must be one of the timed names {sorted(times)}, got {name!r}")
+    if not times[num] or len(times[num]) != len(times[den]):
+        raise ValueError(
+            f"times[{num!r}] and times[{den!r}] must be non-empty and of one length, "
+            f"got {len(times[num])} and {len(times[den])}"
+        )
+    if min(times[den]) <= 0:
+        raise ValueError(f"times[{den!r}] must be positive to divide by, got {list(times[den])}")
     ratios = [a / b for a, b in zip(times[num], times[den], strict=True)]
     return Ratio(statistics.median(ratios), min(ratios), max(ratios))
 
@@ -319,6 +485,7 @@ def benchmark(
     contenders: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
     seed: int = 0,
+    timer: Callable[[], float] = time.perf_counter,
 ) -> list[Row]:
     """Time the contenders on every size, without and with valid lengths.
 
@@ -331,10 +498,24 @@ def benchmark(
             :data:`TARGETS` whose two sides both ran appear in the rows.
         progress: called with a short message before each case (e.g. to print a progress line).
         seed: seed of the inputs and the weights.
+        timer: the clock of :func:`time_paired`.
 
     Returns:
         One :class:`Row` per (size, masked) pair.
+
+    Raises:
+        ValueError: naming the argument, before anything runs.
     """
+    sizes = _check_items(sizes, "sizes", "Sizes", _check_sizes)
+    masked = _check_items(masked, "masked", "True/False", _check_bool)
+    check_positive_int(repeats, "repeats")
+    _check_min_time(min_time)
+    if contenders is not None:
+        contenders = _check_items(contenders, "contenders", "contender names", _check_contender)
+    if progress is not None:
+        _check_callable(progress, "progress")
+    _check_seed(seed)
+    _check_callable(timer, "timer")
     rows = []
     cases = [(s, m) for s in sizes for m in masked]
     for i, (s, m) in enumerate(cases):
@@ -343,7 +524,7 @@ def benchmark(
         fns = make_contenders(make_case(s, masked=m, seed=seed), seed=seed)
         if contenders is not None:
             fns = {name: fns[name] for name in contenders}
-        times = time_paired(fns, repeats=repeats, min_time=min_time)
+        times = time_paired(fns, repeats=repeats, min_time=min_time, timer=timer)
         ratios = {
             (a, b): paired_ratio(times, a, b) for a, b, _ in TARGETS if a in times and b in times
         }
@@ -354,6 +535,7 @@ def benchmark(
 
 def format_table(rows: Sequence[Row]) -> str:
     """The ratio table as text: median [min-max] per cell, ``ok``/``MISS`` against targets."""
+    _check_rows(rows, Row, "rows")
     columns = [(a, b, t) for a, b, t in TARGETS if any((a, b) in r.ratios for r in rows)]
     head = ["(B, Lq, Lk, D, H)", "valid_lens"] + [
         f"{a}/{b}" + (f" <= {t:.2f}" if t is not None else "") for a, b, t in columns
@@ -388,6 +570,7 @@ def flop_count(sizes: Sizes) -> dict[str, int]:
         and the weighted sum of the values another 2 B Lq Lk D. (The softmax, a few
         operations per score, is left out.)
     """
+    _check_sizes(sizes)
     B, Lq, Lk, D = sizes.B, sizes.Lq, sizes.Lk, sizes.D
     return {
         "projections": 2 * B * (2 * Lq + 2 * Lk) * D * D,  # W_q, W_o on Lq rows; W_k, W_v on Lk
@@ -403,6 +586,8 @@ def split_contenders(case: Case, *, seed: int = 0) -> dict[str, Callable[[], obj
     on a (B, Lq, D) tensor); ``attention`` runs only ``F.scaled_dot_product_attention`` on
     projected, head-split inputs (with the valid lengths as a keep mask, if any).
     """
+    _check_case(case)
+    _check_seed(seed)
     s = case.sizes
     mha, _ = make_modules(s, seed=seed, dtype=case.queries.dtype)
     with torch.no_grad():
@@ -444,6 +629,11 @@ def attention_share(times: Mapping[str, Sequence[float]]) -> float:
     Args:
         times: what :func:`time_paired` returns for :func:`split_contenders`.
     """
+    if not isinstance(times, Mapping) or not {"attention", "projections"} <= set(times):
+        raise ValueError(
+            "times must map 'attention' and 'projections' to their times (see split_contenders), "
+            f"got {times!r}"
+        )
     shares = [
         a / (a + p) for a, p in zip(times["attention"], times["projections"], strict=True)
     ]
@@ -459,16 +649,28 @@ def scaling_times(
     path: str = "fast",
     repeats: int = 3,
     min_time: float = 0.02,
+    timer: Callable[[], float] = time.perf_counter,
 ) -> list[float]:
     """Best seconds per call of one contender for self-attention of growing length L = Lq = Lk.
 
     The minimum over repetitions is the least disturbed measurement, which is what a slope
     fit on a shared machine needs.
+
+    Args:
+        lengths: the sequence lengths L.
+        B, D, H: batch size, width and heads (H must divide D).
+        path: which contender of :func:`make_contenders` to time.
+        repeats, min_time, timer: as in :func:`time_paired`.
     """
+    lengths = _check_lengths(lengths)
+    _check_BDH(B, D, H)
+    _check_contender(path, "path")
+    check_positive_int(repeats, "repeats")
+    _check_min_time(min_time)
     best = []
     for L in lengths:
         fns = make_contenders(make_case(Sizes(B, L, L, D, H), masked=False))
-        times = time_paired({path: fns[path]}, repeats=repeats, min_time=min_time)
+        times = time_paired({path: fns[path]}, repeats=repeats, min_time=min_time, timer=timer)
         best.append(min(times[path]))
     return best
 
@@ -478,6 +680,9 @@ def scaling_times(
 
 def weights_bytes(sizes: Sizes, dtype: torch.dtype = torch.float32) -> int:
     """Bytes of the attention weights (B, H, Lq, Lk) that ``need_weights=True`` materialises."""
+    _check_sizes(sizes)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")
     itemsize = torch.empty((), dtype=dtype).element_size()
     return sizes.B * sizes.H * sizes.Lq * sizes.Lk * itemsize
 
@@ -504,6 +709,7 @@ def peak_memory(fn: Callable[[], object]) -> int:
     returned number. It counts the tensors the call returns (they are alive at its end), and
     allocations inside fused kernels too.
     """
+    _check_callable(fn, "fn")
     from torch.profiler import ProfilerActivity, profile
 
     with torch.inference_mode(), _quiet_stderr():
@@ -528,6 +734,8 @@ def memory_table(
         One dict per length: ``L``, ``weights_bytes`` (B H L^2 floats, analytic),
         ``peak_weights`` and ``peak_fast`` (measured by :func:`peak_memory`, in bytes).
     """
+    lengths = _check_lengths(lengths)
+    _check_BDH(B, D, H)
     rows = []
     for L in lengths:
         s = Sizes(B, L, L, D, H)
@@ -544,7 +752,9 @@ def memory_table(
 
 
 def format_memory_table(rows: Sequence[Mapping[str, int]], *, B: int, D: int, H: int) -> str:
-    """The memory table as text, in MiB."""
+    """The memory table as text, in MiB (``rows`` as :func:`memory_table` returns them)."""
+    _check_memory_rows(rows)
+    _check_BDH(B, D, H)
     mib = 2**20
     lines = [
         f"Peak memory, B={B} D={D} H={H}, Lq = Lk = L (MiB; weights = B*H*L*L*4 bytes)",
@@ -572,6 +782,9 @@ def flop_figure(lengths: Sequence[int], *, B: int = 1, D: int = 512, H: int = 8)
     """Stacked bars: FLOPs of the projections, the scores and the weighted sum against L."""
     import plotly.graph_objects as go
 
+    lengths = _check_lengths(lengths)
+    _check_BDH(B, D, H)
+
     parts = [flop_count(Sizes(B, L, L, D, H)) for L in lengths]
     fig = go.Figure()
     for name, color in zip(parts[0], _colors(len(parts[0]))):
@@ -588,6 +801,18 @@ def flop_figure(lengths: Sequence[int], *, B: int = 1, D: int = 512, H: int = 8)
 def scaling_figure(lengths: Sequence[int], seconds: Sequence[float], *, slope: float):
     """Log-log plot of time against length, with reference lines of slope 1 and 2."""
     import plotly.graph_objects as go
+
+    lengths = _check_lengths(lengths)
+    seconds = list(seconds)
+    if len(seconds) != len(lengths) or not all(
+        isinstance(t, numbers.Real) and math.isfinite(t) and t > 0 for t in seconds
+    ):
+        raise ValueError(
+            f"seconds must hold one finite positive time per length ({len(lengths)}), "
+            f"got {seconds!r}"
+        )
+    if isinstance(slope, bool) or not isinstance(slope, numbers.Real) or not math.isfinite(slope):
+        raise ValueError(f"slope must be a finite number, got {slope!r}")
 
     c = _colors(3)
     fig = go.Figure()
@@ -608,6 +833,8 @@ def scaling_figure(lengths: Sequence[int], seconds: Sequence[float], *, slope: f
 def memory_figure(rows: Sequence[Mapping[str, int]]):
     """Peak memory of both paths and the size of the weights against L (log-log)."""
     import plotly.graph_objects as go
+
+    rows = _check_memory_rows(rows)
 
     lengths = [r["L"] for r in rows]
     fig = go.Figure()
@@ -633,6 +860,11 @@ def ratio_figure(rows: Sequence[Row], *, baseline: str = "limit"):
     """
     import plotly.graph_objects as go
 
+    rows = _check_rows(rows, Row, "rows")
+    _check_contender(baseline, "baseline")
+    if not all(baseline in r.times for r in rows):
+        raise ValueError(f"baseline {baseline!r} must have run in every row")
+
     names = [n for n in CONTENDER_LABELS if n != baseline and all(n in r.times for r in rows)]
     cases = [f"{r.sizes}<br>{'valid_lens' if r.masked else 'no mask'}" for r in rows]
     fig = go.Figure()
@@ -655,6 +887,13 @@ def ratio_figure(rows: Sequence[Row], *, baseline: str = "limit"):
 
 
 # --- command line ----------------------------------------------------------------------------
+
+
+def _parse_min_time(text: str) -> float:
+    try:
+        return _check_min_time(float(text))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _parse_sizes(text: str) -> Sizes:
@@ -680,7 +919,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=None, help="ratios per cell (default 9)")
     parser.add_argument(
-        "--min-time", type=float, default=None,
+        "--min-time", type=_parse_min_time, default=None,
         help="seconds the slowest contender runs per repetition (default 0.2)",
     )
     parser.add_argument(
