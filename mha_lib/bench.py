@@ -163,7 +163,9 @@ def _check_callable(fn: object, name: str) -> Callable:
 def _check_functions(fns: object, name: str) -> Mapping[str, Callable]:
     """A non-empty mapping from names to argument-free callables."""
     if not isinstance(fns, Mapping):
-        raise ValueError(f"{name} must be a mapping of names to functions, got {type(fns).__name__}")
+        raise ValueError(
+            f"{name} must be a mapping of names to functions, got {type(fns).__name__}"
+        )
     if not fns:
         raise ValueError(f"{name} must hold at least one function, got none")
     for key, fn in fns.items():

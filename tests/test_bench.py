@@ -85,7 +85,8 @@ def test_time_paired_reports_seconds_per_call_of_the_clock_it_is_given():
     fns = _costly(clock, log, {"x": 1.0, "y": 3.0})
     times = bench.time_paired(fns, repeats=4, min_time=TICK, blocks=2, timer=clock)
     assert times == {"x": [1.0] * 4, "y": [3.0] * 4}
-    assert log.count("x") == log.count("y") == 1 + 1 + 4 * 2  # warmup, calibration, repeats x blocks
+    # warmup, calibration, repeats x blocks:
+    assert log.count("x") == log.count("y") == 1 + 1 + 4 * 2
     # Repetition r starts with contender r mod 2: x y x y | y x y x | x y x y | y x y x
     assert log[4:] == ["x", "y"] * 2 + ["y", "x"] * 2 + ["x", "y"] * 2 + ["y", "x"] * 2
 
