@@ -155,8 +155,9 @@ class MultiHeadAttention(nn.Module):
             # keep: (B, 1, Lq, Lk) or (B, 1, 1, Lk)
             empty = valid_lens == 0  # (B, Lq) or (B,)
             if bool(empty.any()):
-                # SDPA turns a row with nothing to keep into NaN: let it attend anywhere,
-                # then zero its output, as the clear path does.
+                # A row with nothing to keep: torch 2.13's SDPA returns zeros there, older
+                # releases returned NaN. Do not depend on either: let the row attend anywhere,
+                # then zero its output, exactly as the clear path does.
                 empty = empty.reshape(B, 1, -1, 1)  # (B, Lq) or (B,) -> (B, 1, Lq or 1, 1)
                 keep = keep | empty
             else:
