@@ -82,6 +82,6 @@ class DotProductAttention(nn.Module):
         d = queries.shape[-1]
         # Scale the queries rather than the scores: the same numbers, Lk/d times less work.
         scores = torch.bmm(queries / math.sqrt(d), keys.transpose(1, 2))  # (B, Lq, Lk)
-        weights = masked_softmax(scores, valid_lens)  # (B, Lq, Lk)
+        weights = masked_softmax(scores, valid_lens, inplace=True)  # the scores are ours to overwrite
         output = torch.bmm(self.dropout(weights), values)  # (B, Lq, dv)
         return (output, weights) if need_weights else output

@@ -125,7 +125,9 @@ def padding_to_keep(mask: Tensor) -> Tensor:
     return ~mask
 
 
-def masked_softmax(X: Tensor, valid_lens: Tensor | Sequence[float] | None = None) -> Tensor:
+def masked_softmax(
+    X: Tensor, valid_lens: Tensor | Sequence[float] | None = None, *, inplace: bool = False
+) -> Tensor:
     """Softmax over the last axis that ignores the keys past each valid length.
 
     Masked entries come out exactly 0. A row whose valid length is 0 attends to nothing and
@@ -139,6 +141,9 @@ def masked_softmax(X: Tensor, valid_lens: Tensor | Sequence[float] | None = None
     Args:
         X: attention scores.
         valid_lens: how many keys each example (or each query) may attend to.
+        inplace: overwrite the masked entries of ``X`` instead of copying it first. Saves one
+            (B, Lq, Lk) allocation; only for scores the caller owns, such as the fresh output
+            of a matrix product.
 
     Returns:
         (B, Lq, Lk) attention weights; every row sums to 1, or to 0 when its valid length is 0.
@@ -155,10 +160,13 @@ def masked_softmax(X: Tensor, valid_lens: Tensor | Sequence[float] | None = None
     # broadcasts over the queries is enough, and costs Lq times less to build than (B, Lq, Lk).
     keep = keep_mask_from_valid_lens(valid_lens, Lq if valid_lens.dim() == 2 else 1, Lk)
     # keep: (B, Lq, Lk) or (B, 1, Lk)
-    return softmax_over_kept(X, keep, zero_empty_rows=bool((valid_lens == 0).any()))
+    empty_rows = bool((valid_lens == 0).any())
+    return softmax_over_kept(X, keep, zero_empty_rows=empty_rows, inplace=inplace)
 
 
-def softmax_over_kept(X: Tensor, keep: Tensor, zero_empty_rows: bool = True) -> Tensor:
+def softmax_over_kept(
+    X: Tensor, keep: Tensor, zero_empty_rows: bool = True, inplace: bool = False
+) -> Tensor:
     """The masked softmax itself: ignore the scores where ``keep`` is False.
 
     Masked scores are replaced by the most negative *finite* number, not ``-inf``: a row with
@@ -173,9 +181,14 @@ def softmax_over_kept(X: Tensor, keep: Tensor, zero_empty_rows: bool = True) -> 
         X: finite scores (an infinite score makes its row NaN, as in any softmax).
         keep: which scores to use.
         zero_empty_rows: skip the final product when the caller knows every row keeps a key.
+        inplace: write the fill into ``X`` itself (see :func:`masked_softmax`).
     """
-    # torch.where writes the new scores in one pass; X.masked_fill(~keep, ...) would copy X first.
-    weights = torch.softmax(torch.where(keep, X, torch.finfo(X.dtype).min), dim=-1)
+    lowest = torch.finfo(X.dtype).min
+    if inplace:
+        scores = X.masked_fill_(~keep, lowest)
+    else:  # torch.where writes new scores in one pass; X.masked_fill would copy X first
+        scores = torch.where(keep, X, lowest)
+    weights = torch.softmax(scores, dim=-1)
     return weights * keep if zero_empty_rows else weights  # rows with nothing to keep -> 0
 
 

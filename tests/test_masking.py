@@ -105,3 +105,19 @@ def test_keep_mask_per_query():
 def test_padding_mask_needs_one_length_per_example():
     with pytest.raises(ValueError, match="valid_lens must have shape"):
         padding_mask_from_valid_lens(torch.tensor([[1, 2]]), num_keys=3)
+
+
+def test_inplace_overwrites_only_when_asked_and_gives_the_same_weights():
+    X = torch.randn(2, 3, 4)
+    before = X.clone()
+    expected = masked_softmax(X, torch.tensor([2, 0]))
+    assert torch.equal(X, before)  # the default never touches X
+    torch.testing.assert_close(masked_softmax(X, torch.tensor([2, 0]), inplace=True), expected)
+    assert not torch.equal(X, before)  # masked scores were overwritten
+
+
+def test_inplace_keeps_gradients_of_a_product():
+    q = torch.randn(1, 3, 4, requires_grad=True)
+    scores = q @ q.transpose(1, 2)
+    masked_softmax(scores, torch.tensor([2]), inplace=True).sum().backward()
+    assert torch.isfinite(q.grad).all()
