@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from mha_lib.attention import check_qkv
 from mha_lib.multihead import MultiHeadAttention
 
 
@@ -28,6 +29,15 @@ def check_like_module(x: Tensor, name: str, param: Tensor) -> None:
             f"{name} must have the dtype and device of the module's parameters ({param.dtype} on "
             f"{param.device}), got {x.dtype} on {x.device}: convert one with .to(...)"
         )
+
+
+def check_qkv_for(q: Tensor, k: Tensor, v: Tensor, d_model: int, param: Tensor) -> None:
+    """Check q, k, v of a variant: 3-D, one batch, Lk keys and values, width d_model, and the
+    dtype and device of the module's parameter ``param``."""
+    check_qkv(q, k, v)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_feature_size(x, name, d_model, "d_model")
+        check_like_module(x, name, param)
 
 
 def check_square_mha(mha: object, name: str = "mha") -> MultiHeadAttention:

@@ -25,12 +25,10 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int, check_probability
-from mha_lib.attention import check_qkv
 from mha_lib.masking import check_attention_mask, masked_softmax_keep, padding_to_keep
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.variants._common import (
-    check_feature_size,
-    check_like_module,
+    check_qkv_for,
     check_square_mha,
     copy_linear,
 )
@@ -84,10 +82,7 @@ class EinsumMultiHeadAttention(nn.Module):
             ValueError: inputs that are not 3-D, disagree on B or Lk, have a feature size other
                 than d_model, or another dtype or device than the module; a bad mask.
         """
-        check_qkv(q, k, v)
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            check_feature_size(x, name, self.d_model, "d_model")
-            check_like_module(x, name, self.fc.weight)
+        check_qkv_for(q, k, v, self.d_model, self.fc.weight)
         B, Lq, Lk = q.shape[0], q.shape[1], k.shape[1]
         keep = None
         if mask is not None:

@@ -21,12 +21,10 @@ import torch
 from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int
-from mha_lib.attention import check_qkv
 from mha_lib.masking import check_attention_mask, masked_softmax_keep
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.variants._common import (
-    check_feature_size,
-    check_like_module,
+    check_qkv_for,
     check_square_mha,
     copy_linear,
 )
@@ -128,10 +126,7 @@ class HaikuStyleMultiheadAttention(nn.Module):
             ValueError: inputs that are not 3-D, disagree on B or Lk, have a feature size other
                 than d_model, or another dtype or device than the module; a bad mask.
         """
-        check_qkv(q, k, v)
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            check_feature_size(x, name, self.d_model, "d_model")
-            check_like_module(x, name, self.lin_projs[0].weight)
+        check_qkv_for(q, k, v, self.d_model, self.lin_projs[0].weight)
         batch_size, seq_length, _ = q.shape
         keep = None
         if mask is not None:
