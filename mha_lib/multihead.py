@@ -94,6 +94,7 @@ class MultiHeadAttention(nn.Module):
         *,
         need_weights: bool = False,
         head_mask: Tensor | None = None,
+        cache=None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from every query to the valid keys, in every head.
 
@@ -104,6 +105,9 @@ class MultiHeadAttention(nn.Module):
                 (PyTorch's fused ``scaled_dot_product_attention``) computes the same output.
             head_mask: gates that multiply each head's output before ``W_o``; 1 keeps a head,
                 0 removes it.
+            cache: a ``mha_lib.decoding.KVCache`` (or one layer of it) for decoding step by
+                step: the queries are new positions that attend causally to the cached ones
+                and to themselves, and their keys and values are appended to the cache.
 
         Returns:
             output (B, Lq, D), or ``(output, weights)`` with weights (B, H, Lq, Lk).
@@ -111,6 +115,11 @@ class MultiHeadAttention(nn.Module):
         self.check_inputs(queries, keys, values)
         if not isinstance(need_weights, bool):
             raise ValueError(f"need_weights must be True or False, got {need_weights!r}")
+        if cache is not None:  # decoding: the cache does the work (mha_lib.decoding)
+            if not callable(getattr(cache, "attend", None)):
+                raise ValueError(f"cache must be a mha_lib.decoding.KVCache, got {type(cache).__name__}")
+            return cache.attend(self, queries, keys, values, valid_lens,
+                                need_weights=need_weights, head_mask=head_mask)
         B, Lq, _ = queries.shape
         Lk = keys.shape[1]
         valid_lens = check_valid_lens(valid_lens, B, Lq, Lk)
