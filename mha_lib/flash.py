@@ -1,0 +1,155 @@
+"""FlashAttention's idea in plain PyTorch: walk the keys in blocks with an online softmax.
+
+Shape legend
+    B   batch size (heads folded in: B*H, as for DotProductAttention)
+    Lq  number of queries
+    Lk  number of key-value pairs
+    d   query/key size
+    dv  value size
+    b   block size, keys per block
+
+``softmax(s) @ V`` needs, for every query, the maximum of its scores (for a stable
+``exp``), the sum of the exponentials, and the weighted sum of the values. All three can be
+kept *running* as blocks of keys arrive (Milakov & Gimelshein, 2018; Dao et al., 2022): when a
+block raises the maximum from ``m`` to ``m'``, everything summed so far was scaled by
+``exp(-m)`` and must be rescaled by ``exp(m - m')``. At the end, output = weighted sum / sum.
+Only a (B, Lq, b) block of scores exists at any time, never the (B, Lq, Lk) matrix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from mha_lib._checks import check_positive_int
+from mha_lib.attention import check_qkv
+from mha_lib.masking import check_valid_lens
+
+__all__ = ["OnlineSoftmaxState", "tiled_attention", "tiled_attention_steps"]
+
+
+@dataclass
+class OnlineSoftmaxState:
+    """What the online softmax keeps per query after the keys ``0 .. keys_seen - 1``.
+
+    Shapes:
+        running_max: (B, Lq), the largest valid score so far (the lowest float if none yet)
+        running_sum: (B, Lq), sum of exp(score - running_max) over the valid keys so far
+        accumulator: (B, Lq, dv), sum of exp(score - running_max) * value
+    """
+
+    keys_seen: int
+    running_max: Tensor
+    running_sum: Tensor
+    accumulator: Tensor
+
+    @property
+    def output(self) -> Tensor:
+        """accumulator / running_sum: the attention output over the keys seen so far.
+
+        A query that has seen no valid key yet (sum 0) gets zeros, as in ``masked_softmax``.
+        Shape (B, Lq, dv).
+        """
+        safe = torch.where(self.running_sum > 0, self.running_sum, 1.0)  # (B, Lq)
+        return self.accumulator / safe[..., None]
+
+
+def _check(queries, keys, values, valid_lens, block_size):
+    check_qkv(queries, keys, values)
+    if queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(
+            "queries and keys must have the same feature size d, got "
+            f"{queries.shape[-1]} and {keys.shape[-1]}"
+        )
+    block_size = check_positive_int(block_size, "block_size")
+    B, Lq, _ = queries.shape
+    valid_lens = check_valid_lens(valid_lens, B, Lq, keys.shape[1])
+    if valid_lens is not None:
+        valid_lens = valid_lens.to(queries.device)
+        if valid_lens.dim() == 1:
+            valid_lens = valid_lens[:, None].expand(B, Lq)  # (B,) -> (B, Lq)
+    return valid_lens, block_size
+
+
+def _steps(queries, keys, values, valid_lens, block_size) -> Iterator[OnlineSoftmaxState]:
+    """The online softmax, one state per block of keys (arguments already checked)."""
+    B, Lq, d = queries.shape
+    Lk = keys.shape[1]
+    lowest = torch.finfo(queries.dtype).min
+    m = queries.new_full((B, Lq), lowest)  # running max
+    s = queries.new_zeros(B, Lq)  # running sum
+    acc = queries.new_zeros(B, Lq, values.shape[-1])  # running weighted sum
+    q = queries / math.sqrt(d)
+    # Blocks past the longest valid length hold no key anybody may see: stop there.
+    end = Lk if valid_lens is None else int(valid_lens.max())
+    for start in range(0, end, block_size):
+        stop = min(start + block_size, Lk)
+        scores = q @ keys[:, start:stop].transpose(1, 2)  # (B, Lq, b)
+        if valid_lens is not None:
+            positions = torch.arange(start, stop, device=q.device)  # (b,)
+            keep = positions < valid_lens[..., None]  # (B, Lq, 1) vs (b,) -> (B, Lq, b)
+            scores = scores.masked_fill_(~keep, lowest)
+        m_new = torch.maximum(m, scores.amax(dim=-1))  # (B, Lq)
+        correction = torch.exp(m - m_new)  # (B, Lq): rescales what was summed so far
+        p = torch.exp(scores - m_new[..., None])  # (B, Lq, b)
+        if valid_lens is not None:
+            p = p * keep  # masked keys add nothing, even before the first valid one
+        s = s * correction + p.sum(dim=-1)
+        acc = acc * correction[..., None] + p @ values[:, start:stop]  # (B, Lq, dv)
+        m = m_new
+        yield OnlineSoftmaxState(stop, m, s, acc)
+    if end == 0:  # every row has valid length 0: nothing to walk
+        yield OnlineSoftmaxState(0, m, s, acc)
+
+
+def tiled_attention(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    valid_lens: Tensor | Sequence[float] | None = None,
+    *,
+    block_size: int = 64,
+) -> Tensor:
+    """Scaled dot-product attention computed block by block over the keys (online softmax).
+
+    Equals ``DotProductAttention`` (and ``masked_softmax``'s convention: a query with valid
+    length 0 gets zeros) while holding only a (B, Lq, block_size) block of scores at a time.
+
+    Shapes:
+        queries: (B, Lq, d)
+        keys: (B, Lk, d)
+        values: (B, Lk, dv)
+        valid_lens: None, (B,) or (B, Lq)
+        returns: (B, Lq, dv)
+
+    Args:
+        block_size: keys per block, >= 1.
+
+    Raises:
+        ValueError: inputs that do not fit (as for ``DotProductAttention``), bad valid
+            lengths, or block_size < 1.
+    """
+    valid_lens, block_size = _check(queries, keys, values, valid_lens, block_size)
+    for state in _steps(queries, keys, values, valid_lens, block_size):
+        pass
+    return state.output
+
+
+def tiled_attention_steps(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    valid_lens: Tensor | Sequence[float] | None = None,
+    *,
+    block_size: int = 64,
+) -> list[OnlineSoftmaxState]:
+    """Every intermediate state of :func:`tiled_attention`, one per block (for figures).
+
+    The last state's ``output`` is what :func:`tiled_attention` returns.
+    """
+    valid_lens, block_size = _check(queries, keys, values, valid_lens, block_size)
+    return list(_steps(queries, keys, values, valid_lens, block_size))
