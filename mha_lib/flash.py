@@ -95,9 +95,9 @@ def _steps(queries, keys, values, valid_lens, block_size) -> Iterator[OnlineSoft
             scores = scores.masked_fill_(~keep, lowest)
         m_new = torch.maximum(m, scores.amax(dim=-1))  # (B, Lq)
         correction = torch.exp(m - m_new)  # (B, Lq): rescales what was summed so far
-        p = torch.exp(scores - m_new[..., None])  # (B, Lq, b)
+        p = scores.sub_(m_new[..., None]).exp_()  # (B, Lq, b), in place: the block is ours
         if valid_lens is not None:
-            p = p * keep  # masked keys add nothing, even before the first valid one
+            p = p.mul_(keep)  # masked keys add nothing, even before the first valid one
         s = s * correction + p.sum(dim=-1)
         acc = acc * correction[..., None] + p @ values[:, start:stop]  # (B, Lq, dv)
         m = m_new
