@@ -1,0 +1,149 @@
+"""Figures of the chapters on the KV cache, grouped-query attention and tiled attention.
+
+Shape legend
+    B    batch size
+    H    number of query heads
+    Hkv  number of key/value heads
+    Lq   number of queries
+    Lk   number of key-value pairs
+    L    sequence length
+
+Lines use the Okabe-Ito palette and heatmaps the viridis scale (both colour-blind safe); no
+figure sets a width, so each fits a 390 px phone screen.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from mha_lib.gqa import kv_head_of
+from mha_lib.viz.heatmaps import attention_heatmaps
+
+__all__ = [
+    "OKABE_ITO",
+    "decoding_time_figure",
+    "gqa_heatmaps",
+    "kv_sharing_figure",
+    "online_softmax_figure",
+    "peak_memory_figure",
+    "step_cost_figure",
+]
+
+OKABE_ITO = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
+_MARGIN = dict(l=60, r=10, t=50, b=50)
+
+
+def _loglog(title: str, x_title: str, y_title: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(
+        title=title, height=380, margin=_MARGIN, legend=dict(orientation="h", y=-0.25),
+        xaxis=dict(title=x_title, type="log"), yaxis=dict(title=y_title, type="log"),
+    )
+    return fig
+
+
+def step_cost_figure(max_position: int, D: int) -> go.Figure:
+    """FLOPs of decoding step t through one layer of width D, with and without a KV cache.
+
+    With the cache, step t costs ``8 D^2 + 4 (t + 1) D`` (linear in t); recomputing the prefix
+    costs ``8 (t + 1) D^2 + 4 (t + 1)^2 D`` (quadratic in t).
+    """
+    ts = list(range(max_position))
+    cached = [8 * D * D + 4 * (t + 1) * D for t in ts]
+    recompute = [8 * (t + 1) * D * D + 4 * (t + 1) ** 2 * D for t in ts]
+    fig = go.Figure()
+    for name, y, color in (("with KV cache", cached, OKABE_ITO[0]),
+                           ("recompute the prefix", recompute, OKABE_ITO[1])):
+        fig.add_scatter(x=ts, y=y, name=name, mode="lines", line=dict(color=color, width=3))
+    fig.update_layout(
+        title=f"Cost of one decoding step (D = {D})", height=380, margin=_MARGIN,
+        legend=dict(orientation="h", y=-0.25),
+        xaxis=dict(title="position t of the new token"), yaxis=dict(title="FLOPs of step t"),
+    )
+    return fig
+
+
+def decoding_time_figure(lengths: Sequence[int], seconds: Mapping[str, Sequence[float]]) -> go.Figure:
+    """Measured seconds to decode L tokens, one line per method, on log-log axes."""
+    fig = _loglog("Time to decode L tokens (measured)", "tokens decoded L", "seconds")
+    for i, (name, ys) in enumerate(seconds.items()):
+        fig.add_scatter(x=list(lengths), y=list(ys), name=name, mode="lines+markers",
+                        line=dict(color=OKABE_ITO[i % len(OKABE_ITO)], width=3))
+    return fig
+
+
+def kv_sharing_figure(num_heads: int, num_kv_heads: int) -> go.Figure:
+    """Which key/value head each query head reads: query heads on y, K/V heads on x."""
+    owner = kv_head_of(num_heads, num_kv_heads)
+    z = [[1.0 if owner[h] == j else 0.0 for j in range(num_kv_heads)] for h in range(num_heads)]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[f"K/V {j}" for j in range(num_kv_heads)], y=[f"query head {h}" for h in range(num_heads)],
+        colorscale="Viridis", zmin=0, zmax=1, showscale=False, xgap=2, ygap=2,
+        hovertemplate="%{y} reads %{x}: %{z}<extra></extra>",
+    ))
+    fig.update_layout(
+        title=f"H = {num_heads} query heads, Hkv = {num_kv_heads} key/value heads",
+        height=min(60 + 30 * num_heads, 420), margin=_MARGIN,
+        xaxis=dict(title="key/value head", side="bottom"), yaxis=dict(title="", autorange="reversed"),
+    )
+    return fig
+
+
+def gqa_heatmaps(weights, num_kv_heads: int, **kwargs) -> go.Figure:
+    """:func:`~mha_lib.viz.heatmaps.attention_heatmaps` with each panel titled by its K/V head.
+
+    Panels of query heads that share a key/value head say so ("head 2 · K/V 1"): they score
+    the same keys, with different queries.
+
+    Shapes:
+        weights: (H, Lq, Lk) or (B, H, Lq, Lk), e.g. from
+            ``GroupedQueryAttention(...)(q, k, v, need_weights=True)``.
+    """
+    kwargs.setdefault("max_cols", 2)  # two panels a row: the longer titles fit a phone
+    fig = attention_heatmaps(weights, **kwargs)
+    H = len({trace.meta["head"] for trace in fig.data if trace.meta})
+    owner = kv_head_of(H, num_kv_heads)
+    for annotation in fig.layout.annotations:
+        words = (annotation.text or "").split()
+        if len(words) >= 2 and words[-2] == "head" and words[-1].isdigit():
+            annotation.text = f"{annotation.text} · K/V {owner[int(words[-1])]}"
+    return fig
+
+
+def online_softmax_figure(steps, *, query: int = 0, feature: int = 0) -> go.Figure:
+    """Running max, running sum and output of one query as blocks of keys arrive.
+
+    Args:
+        steps: the states of :func:`mha_lib.flash.tiled_attention_steps` (example 0).
+        query: which query to follow.
+        feature: which output feature to draw.
+    """
+    seen = [s.keys_seen for s in steps]
+    series = (
+        ("running max m", [float(s.running_max[0, query]) for s in steps]),
+        ("running sum ℓ", [float(s.running_sum[0, query]) for s in steps]),
+        (f"output[{feature}] = acc / ℓ", [float(s.output[0, query, feature]) for s in steps]),
+    )
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[name for name, _ in series])
+    for row, ((name, ys), color) in enumerate(zip(series, OKABE_ITO), start=1):
+        fig.add_scatter(x=seen, y=ys, name=name, mode="lines+markers", row=row, col=1,
+                        line=dict(color=color, width=3, shape="hv"), showlegend=False)
+        fig.add_hline(y=ys[-1], line=dict(color="#666", dash="dot"), row=row, col=1)
+    fig.update_xaxes(title_text="keys seen (blocks arrive left to right)", row=3, col=1)
+    fig.update_layout(height=520, margin=dict(l=50, r=10, t=40, b=50),
+                      title=None)
+    return fig
+
+
+def peak_memory_figure(rows: Sequence[Mapping]) -> go.Figure:
+    """Peak bytes against L for each contender (rows of ``bench_modern.flash_memory_table``)."""
+    Ls = [r["L"] for r in rows]
+    fig = _loglog("Peak memory of attention (torch.profiler)", "sequence length L", "peak MiB")
+    for i, name in enumerate(rows[0]["peak"]):
+        fig.add_scatter(x=Ls, y=[r["peak"][name] / 2**20 for r in rows], name=name,
+                        mode="lines+markers", line=dict(color=OKABE_ITO[i], width=3))
+    return fig
