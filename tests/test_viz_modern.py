@@ -19,7 +19,7 @@ def test_gqa_heatmaps_name_the_shared_head():
 
 def test_sharing_and_cost_figures():
     fig = vm.kv_sharing_figure(4, 2)
-    assert fig.data[0].z == ((1.0, 0.0), (1.0, 0.0), (0.0, 1.0), (0.0, 1.0))
+    assert [list(row) for row in fig.data[0].z] == [[1, 0], [1, 0], [0, 1], [0, 1]]
     fig = vm.step_cost_figure(10, 8)
     cached, recompute = (list(t.y) for t in fig.data)
     assert cached[0] == recompute[0] and recompute[-1] > cached[-1]
