@@ -29,7 +29,7 @@ from mha_lib._checks import check_positive_int
 from mha_lib.attention import check_qkv
 from mha_lib.masking import check_valid_lens
 
-__all__ = ["OnlineSoftmaxState", "tiled_attention", "tiled_attention_steps"]
+__all__ = ["OnlineSoftmaxState", "online_softmax_blocks", "tiled_attention", "tiled_attention_steps"]
 
 
 @dataclass
@@ -75,8 +75,20 @@ def _check(queries, keys, values, valid_lens, block_size):
     return valid_lens, block_size
 
 
-def _steps(queries, keys, values, valid_lens, block_size) -> Iterator[OnlineSoftmaxState]:
-    """The online softmax, one state per block of keys (arguments already checked)."""
+def online_softmax_blocks(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    valid_lens: Tensor | Sequence[float] | None = None,
+    *,
+    block_size: int = 64,
+) -> Iterator[OnlineSoftmaxState]:
+    """The online softmax: walk the keys in blocks, yield the running state after each block.
+
+    Shapes and arguments as in :func:`tiled_attention`; the last state's ``output`` is the
+    attention output.
+    """
+    valid_lens, block_size = _check(queries, keys, values, valid_lens, block_size)
     B, Lq, d = queries.shape
     Lk = keys.shape[1]
     lowest = torch.finfo(queries.dtype).min
@@ -133,8 +145,7 @@ def tiled_attention(
         ValueError: inputs that do not fit (as for ``DotProductAttention``), bad valid
             lengths, or block_size < 1.
     """
-    valid_lens, block_size = _check(queries, keys, values, valid_lens, block_size)
-    for state in _steps(queries, keys, values, valid_lens, block_size):
+    for state in online_softmax_blocks(queries, keys, values, valid_lens, block_size=block_size):
         pass
     return state.output
 
@@ -151,5 +162,4 @@ def tiled_attention_steps(
 
     The last state's ``output`` is what :func:`tiled_attention` returns.
     """
-    valid_lens, block_size = _check(queries, keys, values, valid_lens, block_size)
-    return list(_steps(queries, keys, values, valid_lens, block_size))
+    return list(online_softmax_blocks(queries, keys, values, valid_lens, block_size=block_size))
