@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mha_lib.attention import DotProductAttention
-from mha_lib.flash import tiled_attention, tiled_attention_steps
+from mha_lib.flash import online_softmax_blocks, tiled_attention, tiled_attention_steps
 
 _attention = DotProductAttention(0.0).eval()
 
@@ -79,3 +79,14 @@ def test_bad_input_raises_value_error():
         tiled_attention(q, k, torch.randn(1, 4, 4))
     with pytest.raises(ValueError, match="dimensions"):
         tiled_attention(q[0], k, v)
+
+
+def test_online_softmax_blocks_checks_its_arguments_and_yields_states():
+    q, k, v = torch.randn(1, 2, 4), torch.randn(1, 6, 4), torch.randn(1, 6, 4)
+    states = list(online_softmax_blocks(q, k, v, block_size=4))
+    assert [s.keys_seen for s in states] == [4, 6]
+    with pytest.raises(ValueError, match="block_size"):
+        list(online_softmax_blocks(q, k, v, block_size=-1))
+    # valid length 0 everywhere: one state, nothing seen, zeros out
+    (state,) = online_softmax_blocks(q, k, v, [0])
+    assert state.keys_seen == 0 and torch.equal(state.output, torch.zeros(1, 2, 4))
