@@ -105,11 +105,13 @@ def online_softmax_blocks(
             positions = torch.arange(start, stop, device=q.device)  # (b,)
             keep = positions < valid_lens[..., None]  # (B, Lq, 1) vs (b,) -> (B, Lq, b)
             scores = scores.masked_fill_(~keep, lowest)
-        m_new = torch.maximum(m, scores.amax(dim=-1))  # (B, Lq)
+        # The maximum only keeps exp() in range: the output does not depend on it, so it
+        # needs no gradient (detached), and the scores can then be shifted in place.
+        m_new = torch.maximum(m, scores.detach().amax(dim=-1))  # (B, Lq)
         correction = torch.exp(m - m_new)  # (B, Lq): rescales what was summed so far
-        p = scores.sub_(m_new[..., None]).exp_()  # (B, Lq, b), in place: the block is ours
+        p = torch.exp(scores.sub_(m_new[..., None]))  # (B, Lq, b)
         if valid_lens is not None:
-            p = p.mul_(keep)  # masked keys add nothing, even before the first valid one
+            p = p * keep  # masked keys add nothing, even before the first valid one
         s = s * correction + p.sum(dim=-1)
         acc = acc * correction[..., None] + p @ values[:, start:stop]  # (B, Lq, dv)
         m = m_new

@@ -90,3 +90,20 @@ def test_online_softmax_blocks_checks_its_arguments_and_yields_states():
     # valid length 0 everywhere: one state, nothing seen, zeros out
     (state,) = online_softmax_blocks(q, k, v, [0])
     assert state.keys_seen == 0 and torch.equal(state.output, torch.zeros(1, 2, 4))
+
+
+def test_gradients_equal_those_of_materialised_attention():
+    torch.manual_seed(4)
+    inputs = [torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True),
+              torch.randn(2, 9, 4, dtype=torch.float64, requires_grad=True),
+              torch.randn(2, 9, 3, dtype=torch.float64, requires_grad=True)]
+    valid_lens = torch.tensor([[9, 1, 0, 4, 6], [2, 2, 9, 9, 3]])
+    grads = []
+    for fn in (lambda q, k, v: tiled_attention(q, k, v, valid_lens, block_size=4),
+               lambda q, k, v: _attention(q, k, v, valid_lens)):
+        (fn(*inputs) ** 2).sum().backward()
+        grads.append([x.grad.clone() for x in inputs])
+        for x in inputs:
+            x.grad = None
+    for ours, theirs in zip(*grads):
+        torch.testing.assert_close(ours, theirs)
