@@ -73,7 +73,9 @@ class LayerCache:
 
     The storage grows like a Python list: when it is full, it is reallocated with twice the
     room, so appending n positions costs O(n) on average, not a copy of everything cached.
-    ``keys`` and ``values`` are views of the first L positions.
+    ``keys`` and ``values`` are views of the first L positions. When the new keys need a
+    gradient (training, not ``torch.no_grad``), each append concatenates instead, so that
+    autograd keeps every step's tensors intact.
     """
 
     def __init__(self) -> None:
@@ -125,31 +127,43 @@ class LayerCache:
                 f"and {tuple(values.shape)}"
             )
         B, H, n, d = keys.shape
+        if self._keys is not None:
+            self._check_fits(keys)
+        if torch.is_grad_enabled() and (keys.requires_grad or values.requires_grad):
+            # Autograd keeps the cached tensors of earlier steps for the backward pass: no
+            # writes in place, a new concatenation each step (slower, but gradients flow).
+            old_k, old_v = (keys[:, :, :0], values[:, :, :0]) if self._keys is None else (self.keys, self.values)
+            self._keys = torch.cat([old_k, keys], dim=2)  # (B, H, L + n, d)
+            self._values = torch.cat([old_v, values], dim=2)
+            self._length += n
+            return self.keys, self.values
         if self._keys is None:
             capacity = max(n, 16)
             self._keys = keys.new_empty(B, H, capacity, d)
             self._values = values.new_empty(B, H, capacity, d)
-        else:
-            cached = (self._keys.shape[0], self._keys.shape[1], self._keys.shape[3])
-            if (B, H, d) != cached:
-                raise ValueError(
-                    "the new keys must match the cache: (B, H, d) = "
-                    f"{cached} cached, got {(B, H, d)} (a different batch or layer? "
-                    "call reset() to start a new sequence)"
-                )
-            if keys.dtype != self._keys.dtype or keys.device != self._keys.device:
-                raise ValueError(
-                    f"the new keys are {keys.dtype} on {keys.device}, the cache holds "
-                    f"{self._keys.dtype} on {self._keys.device}"
-                )
-            if self._length + n > self._keys.shape[2]:
-                capacity = max(2 * self._keys.shape[2], self._length + n)
-                self._keys = self._grow(self._keys, capacity)
-                self._values = self._grow(self._values, capacity)
+        elif self._length + n > self._keys.shape[2]:
+            capacity = max(2 * self._keys.shape[2], self._length + n)
+            self._keys = self._grow(self._keys, capacity)
+            self._values = self._grow(self._values, capacity)
         self._keys[:, :, self._length : self._length + n] = keys
         self._values[:, :, self._length : self._length + n] = values
         self._length += n
         return self.keys, self.values
+
+    def _check_fits(self, keys: Tensor) -> None:
+        B, H, _, d = keys.shape
+        cached = (self._keys.shape[0], self._keys.shape[1], self._keys.shape[3])
+        if (B, H, d) != cached:
+            raise ValueError(
+                "the new keys must match the cache: (B, H, d) = "
+                f"{cached} cached, got {(B, H, d)} (a different batch or layer? "
+                "call reset() to start a new sequence)"
+            )
+        if keys.dtype != self._keys.dtype or keys.device != self._keys.device:
+            raise ValueError(
+                f"the new keys are {keys.dtype} on {keys.device}, the cache holds "
+                f"{self._keys.dtype} on {self._keys.device}"
+            )
 
     def _grow(self, storage: Tensor, capacity: int) -> Tensor:
         B, H, _, d = storage.shape

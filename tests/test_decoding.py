@@ -22,7 +22,8 @@ def test_one_token_at_a_time_equals_causal_attention_at_every_step():
     cache = KVCache()
     for t in range(24):
         x_t = x[:, t : t + 1]
-        y = mha(x_t, x_t, x_t, cache=cache)
+        with torch.no_grad():  # inference: the cache writes into its growing storage
+            y = mha(x_t, x_t, x_t, cache=cache)
         torch.testing.assert_close(y, full[:, t : t + 1], atol=1e-5, rtol=1e-5)
         assert len(cache) == t + 1
     assert cache.nbytes == kv_cache_bytes(24, B=2, num_kv_heads=4, head_size=4)
@@ -43,7 +44,8 @@ def test_chunks_of_any_size_equal_causal_attention(chunks, B, H, seed):
     cache, start, outs = KVCache(), 0, []
     for n in chunks:
         x_t = x[:, start : start + n]
-        outs.append(mha(x_t, x_t, x_t, cache=cache))
+        with torch.set_grad_enabled(seed % 2 == 0):  # both ways of appending
+            outs.append(mha(x_t, x_t, x_t, cache=cache))
         start += n
     out = torch.cat(outs, dim=1)
     assert not out.isnan().any()
@@ -126,3 +128,18 @@ def test_misuse_raises_value_error():
         LayerCache().append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 5))
     with pytest.raises(ValueError, match="length"):
         kv_cache_bytes(-1, B=1, num_kv_heads=1, head_size=1)
+
+
+def test_gradients_flow_through_the_cache():
+    mha = _mha(D=8, H=2)
+    x = torch.randn(1, 5, 8, dtype=torch.float64, requires_grad=True)
+    mha = mha.double()
+    cache = KVCache()
+    steps = [mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache) for t in range(5)]
+    (grad_cached,) = torch.autograd.grad(torch.cat(steps, dim=1).square().sum(), x)
+    full = mha(x, x, x, causal_valid_lens(1, 5))
+    (grad_full,) = torch.autograd.grad(full.square().sum(), x)
+    torch.testing.assert_close(grad_cached, grad_full)
+    with torch.no_grad():  # a cache filled with gradients can go on without them
+        mha(x[:, :1], x[:, :1], x[:, :1], cache=cache)
+    assert len(cache) == 6
