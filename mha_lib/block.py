@@ -71,7 +71,7 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: Tensor, valid_lens: Tensor | Sequence[int] | None = None) -> Tensor:
         """Apply the block; ``valid_lens`` masks padded keys exactly as in multi-head attention."""
-        check_tensor(x, "x", 3)
+        self._check_input(x)
         if self.norm_first:  # pre-LN: x + f(norm(x))
             x = x + self._self_attention(self.norm1(x), valid_lens)
             x = x + self.dropout2(self.feed_forward(self.norm2(x)))
@@ -79,6 +79,13 @@ class TransformerBlock(nn.Module):
             x = self.norm1(x + self._self_attention(x, valid_lens))
             x = self.norm2(x + self.dropout2(self.feed_forward(x)))
         return x
+
+    def _check_input(self, x: object) -> None:
+        check_tensor(x, "x", 3)
+        D = self.norm1.normalized_shape[0]
+        if x.shape[-1] != D:
+            raise ValueError(f"x must have feature size d_model = {D}, got shape {tuple(x.shape)}")
+        self.attention.check_inputs(x, x, x)  # dtype and device of the weights
 
     def _self_attention(self, x: Tensor, valid_lens) -> Tensor:
         return self.dropout1(self.attention(x, x, x, valid_lens))  # (B, L, D)
