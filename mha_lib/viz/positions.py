@@ -83,6 +83,7 @@ def depth_lines_figure(lines: Mapping[str, Sequence[float]], y_title: str,
         title={"text": title} if title else None, height=360, margin=MARGIN,
         xaxis={"title": {"text": "depth (blocks applied)"}},
         yaxis={"title": {"text": y_title}, "type": "log" if log_y else "linear"},
-        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        legend={"x": 0.02, "y": 0.98, "xanchor": "left", "yanchor": "top",
+                "bgcolor": "rgba(255,255,255,0.8)"},
     )
     return fig
