@@ -55,10 +55,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Mistake:
-    """A classic mistake: its name in plain words and how to find it in one's own code."""
+    """A classic mistake: its name in plain words and how to find it in one's own code.
+
+    ``convention`` marks a choice that is not wrong in itself but differs from the book's
+    specification (d2l.ai's uniform rows for valid length 0); the checker says so.
+    """
 
     title: str
     hint: str
+    convention: bool = False
 
 
 #: Every mistake a checker can name, keyed by ``(setting, wrong value)``. A *spec* is a dict of
@@ -74,6 +79,13 @@ MISTAKES: dict[tuple[str, str], Mistake] = {
         "mask off by one: one key too many is kept",
         "Key positions run from 0, so a valid length of 3 keeps keys 0, 1, 2. Look for `<=` "
         "where `<` belongs (or a `+ 1`) in the comparison that builds the mask.",
+    ),
+    ("mask", "after_softmax"): Mistake(
+        "masked after the softmax, without renormalising",
+        "Zeroing the padded keys' weights after the softmax leaves each row summing to less "
+        "than 1: the weight the padding received is lost, not given to the valid keys. Mask the "
+        "scores before the softmax (fill them with a very negative number), or divide each row "
+        "by its new sum.",
     ),
     ("mask", "one_less"): Mistake(
         "mask off by one: one key too few is kept",
@@ -98,10 +110,13 @@ MISTAKES: dict[tuple[str, str], Mistake] = {
         "(torch.finfo(X.dtype).min) and set such rows to zero afterwards.",
     ),
     ("empty", "uniform"): Mistake(
-        "a row with valid length 0 gets uniform weights instead of zeros",
-        "Filling masked scores with a finite number such as -1e6 turns a fully masked row into "
-        "a uniform average over all keys, padding included. In this book a query with valid "
-        "length 0 attends to nothing: multiply the weights by the mask so that row is all 0.",
+        "another convention for a row with valid length 0: uniform weights instead of zeros",
+        "Every row with at least one valid key is right. Filling masked scores with a finite "
+        "number such as -1e6, as d2l.ai's masked_softmax does, makes a fully masked row a "
+        "uniform average over all keys, padding included: that is d2l.ai's convention. This "
+        "book's convention is that a query with valid length 0 attends to nothing; to follow "
+        "it, multiply the weights by the mask so that row is all 0.",
+        convention=True,
     ),
     ("scale", "none"): Mistake(
         "missing 1/sqrt(d) scaling",
@@ -112,6 +127,12 @@ MISTAKES: dict[tuple[str, str], Mistake] = {
         "scaling by 1/d instead of 1/sqrt(d)",
         "Divide the scores by math.sqrt(d), not by d: the dot product of two random vectors "
         "with d unit-variance entries has standard deviation sqrt(d).",
+    ),
+    ("scale", "sqrt_Lk"): Mistake(
+        "scaling by 1/sqrt(Lk), the number of keys, instead of 1/sqrt(d)",
+        "The scale comes from the size of one dot product: d, the last axis of the queries "
+        "and keys (queries.shape[-1]), not the number of keys (keys.shape[1]). The variance of "
+        "a score grows with d, whatever the number of keys.",
     ),
     ("scale", "sqrt_D"): Mistake(
         "scaling by 1/sqrt(num_hiddens) instead of 1/sqrt(d)",
@@ -130,6 +151,25 @@ MISTAKES: dict[tuple[str, str], Mistake] = {
         "Reshaping (B, L, D) straight to (B*H, L, d) cuts the memory in the wrong places: one "
         "'head' then holds pieces of several positions. Reshape to (B, L, H, d), permute to "
         "(B, H, L, d), and only then merge B and H (and the reverse in transpose_output).",
+    ),
+    ("scores", "no_transpose"): Mistake(
+        "Q @ K without the transpose",
+        "The scores are Q K^T: (B, Lq, d) @ (B, d, Lk) -> (B, Lq, Lk). Multiplying by the keys "
+        "themselves, (B, Lk, d), fails as soon as Lk differs from d, and silently computes "
+        "something else when they happen to be equal. Use keys.transpose(-2, -1) (or keys.mT).",
+    ),
+    ("fold", "permute_0231"): Mistake(
+        "permute(0, 2, 3, 1) instead of permute(0, 2, 1, 3)",
+        "After reshaping (B, L, D) to (B, L, H, d), permute(0, 2, 1, 3) gives (B, H, L, d). "
+        "permute(0, 2, 3, 1) gives (B, H, d, L); the final reshape to (B*H, L, d) still "
+        "succeeds (L*d = d*L) but every row now mixes positions and features. Write the shape "
+        "after each step in a comment.",
+    ),
+    ("merge", "reshape"): Mistake(
+        "transpose_output as a plain reshape",
+        "(B*H, Lq, d) cannot go straight to (B, Lq, D) by reshape: the heads of one example sit "
+        "in consecutive rows, so a reshape glues positions of one head together. Reshape to "
+        "(B, H, Lq, d), permute to (B, Lq, H, d), then merge the last two axes.",
     ),
     ("fold", "head_major"): Mistake(
         "heads ordered head-major instead of batch-major",
@@ -193,7 +233,9 @@ def softmax_variant(X: Tensor, valid_lens: Tensor | None, spec: dict[str, str]) 
     if valid_lens is None or mask == "none":
         keep = torch.ones_like(X, dtype=torch.bool)
     else:
-        keep = keep_mask_from_valid_lens(valid_lens + _MASK_SHIFT[mask], Lq, Lk)  # (B, Lq, Lk)
+        keep = keep_mask_from_valid_lens(valid_lens + _MASK_SHIFT.get(mask, 0), Lq, Lk)  # (B, Lq, Lk)
+    if mask == "after_softmax":
+        return torch.softmax(X, dim=_SOFTMAX_DIM[spec.get("axis", "right")]) * keep
     empty = spec.get("empty", "zeros")
     fill = {"zeros": torch.finfo(X.dtype).min, "nan": -math.inf, "uniform": -1e6}[empty]
     weights = torch.softmax(X.masked_fill(~keep, fill), dim=_SOFTMAX_DIM[spec.get("axis", "right")])
@@ -209,7 +251,7 @@ def attention_variant(queries, keys, values, valid_lens, spec: dict[str, str], n
     if not spec:
         return DotProductAttention(0.0)(queries, keys, values, valid_lens)
     d = queries.shape[-1]
-    divisor = {"right": math.sqrt(d), "none": 1.0, "d": float(d),
+    divisor = {"right": math.sqrt(d), "none": 1.0, "d": float(d), "sqrt_Lk": math.sqrt(keys.shape[1]),
                "sqrt_D": math.sqrt(num_hiddens or d)}[spec.get("scale", "right")]
     scores = torch.bmm(queries, keys.transpose(1, 2)) / divisor  # (B, Lq, Lk)
     return torch.bmm(softmax_variant(scores, valid_lens, spec), values)  # (B, Lq, dv)
@@ -228,6 +270,9 @@ def split_variant(X: Tensor, num_heads: int, spec: dict[str, str]) -> Tensor:
     H, d = num_heads, D // num_heads
     if fold == "no_permute":
         return X.reshape(B * H, L, d)  # (B, L, D) -> (B*H, L, d), positions mixed with heads
+    if fold == "permute_0231":
+        # (B, L, D) -> (B, L, H, d) -> (B, H, d, L), read as (B*H, L, d)
+        return X.reshape(B, L, H, d).permute(0, 2, 3, 1).reshape(B * H, L, d)
     if split == "interleaved":
         X = X.reshape(B, L, d, H).transpose(2, 3)  # (B, L, D) -> (B, L, d, H) -> (B, L, H, d)
     else:
@@ -238,17 +283,20 @@ def split_variant(X: Tensor, num_heads: int, spec: dict[str, str]) -> Tensor:
 
 
 def merge_variant(X: Tensor, num_heads: int, spec: dict[str, str]) -> Tensor:
-    """``transpose_output`` with the mistakes of ``spec`` (settings ``fold``, ``split``).
+    """``transpose_output`` with the mistakes of ``spec`` (settings ``fold``, ``split``, ``merge``).
 
     Shapes:
         X: (B*H, L, d) -> (B, L, D)
     """
     fold, split = spec.get("fold", "right"), spec.get("split", "right")
-    if fold == "right" and split == "right":
+    if fold == "permute_0231":  # a mistake of transpose_qkv; on the way back it is "interleaved"
+        fold = "right"
+    plain_reshape = spec.get("merge") == "reshape"
+    if fold == "right" and split == "right" and not plain_reshape:
         return transpose_output(X, num_heads)
     BH, L, d = X.shape
     H, B = num_heads, BH // num_heads
-    if fold == "no_permute":
+    if fold == "no_permute" or plain_reshape:
         return X.reshape(B, L, H * d)  # (B*H, L, d) -> (B, L, D), positions mixed with heads
     if fold == "head_major":
         X = X.reshape(H, B, L, d).permute(1, 2, 0, 3)  # (H*B, L, d) -> (H, B, L, d) -> (B, L, H, d)
@@ -352,8 +400,20 @@ def _describe_spec(spec: dict) -> list[str]:
     return lines
 
 
+_MATMUL_ERRORS = ("batch2", "cannot be multiplied", "size mismatch", "does not broadcast")
+
+
+def _matmul_crash_hint(message: str) -> list[str]:
+    """A matrix product with mismatched sizes in attention code is usually Q @ K."""
+    if not any(pattern in message for pattern in _MATMUL_ERRORS):
+        return []
+    return ["  A matrix product got sizes that do not fit. If it is the scores:"] + _describe_spec(
+        {"scores": "no_transpose"})
+
+
 def _run_checker(name: str, cases: list[_Case], settings: dict[str, tuple[str, ...]],
-                 general_hint: str, shape_hint: Callable[[tuple, tuple], str] | None = None) -> bool:
+                 general_hint: str, shape_hint: Callable[[tuple, tuple], str] | None = None,
+                 crash_hint: Callable[[str], list[str]] | None = None) -> bool:
     """Run every case, print the verdict (and the diagnosis), return whether all passed."""
     outputs: dict[int, Tensor] = {}
     problems: list[str] = []
@@ -370,6 +430,9 @@ def _run_checker(name: str, cases: list[_Case], settings: dict[str, tuple[str, .
             return False
         except _Crash as err:
             problems.append(f"- on the case '{case.description}' your code raised {err}")
+            hint = crash_hint(str(err)) if crash_hint else []
+            if hint and not any(line in problems for line in hint):
+                problems += hint
             continue
         if any(not torch.equal(x, y) for x, y in zip(copies, case.inputs)) and not in_place:
             in_place = True
@@ -410,6 +473,9 @@ def _run_checker(name: str, cases: list[_Case], settings: dict[str, tuple[str, .
             if specs:
                 lines.append(f"  (what follows explains the case '{differ[0]}'; the other "
                              "cases may hide one more mistake)")
+        if specs and not problems and all(MISTAKES[key].convention for spec in specs
+                                           for key in spec.items()):
+            lines[0] = f"{name}: not a bug, another convention than this book's."
         if specs:
             lines.append("What it looks like" + (" (one of these):" if len(specs) > 1 else ":"))
             for spec in specs:
@@ -440,7 +506,7 @@ def _lens(values) -> Tensor:
 # --------------------------------------------------------------------------------------------
 
 _SOFTMAX_SETTINGS = {
-    "mask": ("none", "one_more", "one_less"),
+    "mask": ("none", "one_more", "one_less", "after_softmax"),
     "axis": ("queries", "batch"),
     "empty": ("nan", "uniform"),
 }
@@ -475,7 +541,8 @@ def check_masked_softmax(fn: Callable) -> bool:
     Shapes:
         X: (B, Lq, Lk); valid_lens: None, (B,) or (B, Lq); returns (B, Lq, Lk).
 
-    Catches: no masking, a mask off by one, softmax over the wrong axis, NaN or uniform weights
+    Catches: no masking, a mask off by one, masking after the softmax without renormalising,
+    softmax over the wrong axis, NaN or (d2l.ai's convention) uniform weights
     on a row with valid length 0, overflow on large scores, modifying X in place.
 
     Returns:
@@ -495,8 +562,8 @@ def check_dot_product_attention(fn: Callable) -> bool:
         queries: (B, Lq, d); keys: (B, Lk, d); values: (B, Lk, dv); valid_lens: None, (B,) or
         (B, Lq); returns (B, Lq, dv).
 
-    Catches the masking mistakes of :func:`check_masked_softmax`, a missing 1/sqrt(d) scaling
-    and a scaling by 1/d.
+    Catches the masking mistakes of :func:`check_masked_softmax`, a missing 1/sqrt(d) scaling,
+    a scaling by 1/d or by 1/sqrt(Lk), and ``Q @ K`` without the transpose (Lk differs from d).
     """
     g = _seeded(1)
     setups = [
@@ -506,8 +573,8 @@ def check_dot_product_attention(fn: Callable) -> bool:
     ]
     cases = []
     for description, B, lens in setups:
-        q, k, v = (torch.randn(B, 3, 4, generator=g), torch.randn(B, 4, 4, generator=g),
-                   torch.randn(B, 4, 3, generator=g))  # Lq=3, Lk=4, d=4, dv=3
+        q, k, v = (torch.randn(B, 3, 4, generator=g), torch.randn(B, 5, 4, generator=g),
+                   torch.randn(B, 5, 3, generator=g))  # Lq=3, Lk=5, d=4, dv=3: all different
         lens = None if lens is None else _lens(lens)
         cases.append(_Case(
             description,
@@ -516,10 +583,11 @@ def check_dot_product_attention(fn: Callable) -> bool:
             variant=lambda spec, q=q, k=k, v=v, lens=lens: attention_variant(q, k, v, lens, spec),
             inputs=(q, k, v),
         ))
-    settings = dict(_SOFTMAX_SETTINGS, scale=("none", "d"))
+    settings = dict(_SOFTMAX_SETTINGS, scale=("none", "d", "sqrt_Lk"))
     return _run_checker("check_dot_product_attention", cases, settings,
                         "Compute scores = Q K^T / sqrt(d), weights = masked_softmax(scores, "
-                        "valid_lens), output = weights V, and compare each step with yours.")
+                        "valid_lens), output = weights V, and compare each step with yours.",
+                        crash_hint=_matmul_crash_hint)
 
 
 def _transpose_cases(call: Callable, qkv: bool) -> list[_Case]:
@@ -538,7 +606,7 @@ def _transpose_cases(call: Callable, qkv: bool) -> list[_Case]:
     return cases
 
 
-_TRANSPOSE_SETTINGS = {"fold": ("no_permute", "head_major"), "split": ("interleaved",)}
+_TRANSPOSE_SETTINGS = {"fold": ("no_permute", "head_major", "permute_0231"), "split": ("interleaved",)}
 
 
 def _transpose_shape_hint(got: tuple, expected: tuple) -> str:
@@ -556,7 +624,8 @@ def check_transpose_qkv(fn: Callable) -> bool:
     Shapes:
         X: (B, L, D) -> (B*H, L, d), row ``b*H + h`` = head ``h`` of example ``b``.
 
-    Catches: a reshape without the permute, head-major order, heads made of every H-th feature,
+    Catches: a reshape without the permute, ``permute(0, 2, 3, 1)``, head-major order, heads made
+    of every H-th feature,
     a wrong output shape.
     """
     cases = _transpose_cases(lambda X, H: _call(fn, X, H), qkv=True)
@@ -582,9 +651,10 @@ def check_transpose_output(fn: Callable) -> bool:
 
 _MHA_SETTINGS = dict(
     _SOFTMAX_SETTINGS,
-    scale=("none", "d", "sqrt_D"),
+    scale=("none", "d", "sqrt_D", "sqrt_Lk"),
     lens=("repeat",),
-    fold=("no_permute", "head_major"),
+    fold=("no_permute", "head_major", "permute_0231"),
+    merge=("reshape",),
     split=("interleaved",),
     W_o=("skip",),
 )
@@ -648,9 +718,11 @@ def check_multihead_attention(cls: type) -> bool:
         queries (B, Lq, query_size), keys (B, Lk, key_size), values (B, Lk, value_size),
         valid_lens None, (B,) or (B, Lq) -> output (B, Lq, num_hiddens).
 
-    Catches: every masking mistake, a missing or wrong scaling, ``repeat`` instead of
-    ``repeat_interleave``, a reshape without the permute, head-major order, interleaved heads,
-    a forgotten ``W_o``, swapped constructor sizes, an ignored ``bias``.
+    Catches: every masking mistake, a missing or wrong scaling (1/d, 1/sqrt(D), 1/sqrt(Lk)),
+    ``Q @ K`` without the transpose, ``repeat`` instead of ``repeat_interleave``, a reshape
+    without the permute, ``permute(0, 2, 3, 1)``, ``transpose_output`` as a plain reshape,
+    head-major order, interleaved heads, a forgotten ``W_o``, swapped constructor sizes, an
+    ignored ``bias``.
     """
     name = getattr(cls, "__name__", "cls")
     cases: list[_Case] = []
@@ -671,7 +743,7 @@ def check_multihead_attention(cls: type) -> bool:
         obj, ref = built
         key_size, query_size, value_size, _, H, _ = config
         g = _seeded(2)
-        B, Lq, Lk = 3, 2, 4  # B differs from H, Lq from Lk
+        B, Lq, Lk = 3, 2, 5  # B differs from H, Lq from Lk, Lk from d and D
         setups = [
             ("no valid lengths", None),
             ("one valid length per example, shape (B,)", [2, 3, 1]),
@@ -698,7 +770,8 @@ def check_multihead_attention(cls: type) -> bool:
         return False
     return _run_checker("check_multihead_attention", cases, _MHA_SETTINGS,
                         "Compare step by step with mha_lib.MultiHeadAttention (same weights): "
-                        "the projections, transpose_qkv, the attention, transpose_output, W_o.")
+                        "the projections, transpose_qkv, the attention, transpose_output, W_o.",
+                        crash_hint=_matmul_crash_hint)
 
 
 def num_parameters_variant(query_size, key_size, value_size, num_hiddens, num_heads, bias,

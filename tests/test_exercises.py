@@ -47,6 +47,8 @@ def student_masked_softmax(X, valid_lens, bugs=()):
     else:
         keep = positions < valid_lens[:, None]  # (B*Lq, Lk)
     keep = keep.reshape(B, Lq, Lk)  # (B*Lq, Lk) -> (B, Lq, Lk)
+    if "after_softmax" in bugs:  # zero the padding's weights afterwards, no renormalising
+        return torch.softmax(X, dim=dim) * keep
     fill = -math.inf if "nan" in bugs else -1e9
     weights = torch.softmax(X.masked_fill(~keep, fill), dim=dim)
     return weights if "nan" in bugs else weights * keep
@@ -57,7 +59,9 @@ def student_transpose_qkv(X, num_heads, bugs=()):
     if "no_permute" in bugs:
         return X.reshape(B * num_heads, L, D // num_heads)
     X = X.reshape(B, L, num_heads, D // num_heads)  # (B, L, D) -> (B, L, H, d)
-    if "head_major" in bugs:
+    if "permute_0231" in bugs:
+        X = X.permute(0, 2, 3, 1)  # (B, L, H, d) -> (B, H, d, L), reshaped below all the same
+    elif "head_major" in bugs:
         X = X.permute(2, 0, 1, 3)  # (B, L, H, d) -> (H, B, L, d)
     else:
         X = X.permute(0, 2, 1, 3)  # (B, L, H, d) -> (B, H, L, d)
@@ -66,7 +70,7 @@ def student_transpose_qkv(X, num_heads, bugs=()):
 
 def student_transpose_output(X, num_heads, bugs=()):
     BH, L, d = X.shape
-    if "no_permute" in bugs:
+    if "no_permute" in bugs or "plain_reshape" in bugs:
         return X.reshape(BH // num_heads, L, num_heads * d)
     if "head_major" in bugs:
         X = X.reshape(num_heads, BH // num_heads, L, d).permute(1, 2, 0, 3)  # -> (B, L, H, d)
@@ -76,8 +80,13 @@ def student_transpose_output(X, num_heads, bugs=()):
 
 
 def student_attention(q, k, v, valid_lens, bugs=()):
-    scores = torch.bmm(q, k.transpose(1, 2))  # (B, Lq, Lk)
-    if "no_scaling" not in bugs:
+    if "no_transpose" in bugs:
+        scores = q @ k  # fails unless Lk == d
+    else:
+        scores = torch.bmm(q, k.transpose(1, 2))  # (B, Lq, Lk)
+    if "sqrt_Lk" in bugs:
+        scores = scores / math.sqrt(k.shape[1])
+    elif "no_scaling" not in bugs:
         scores = scores / math.sqrt(q.shape[-1])
     return torch.bmm(student_masked_softmax(scores, valid_lens, bugs), v)
 
@@ -144,6 +153,7 @@ def test_reference_passes(checker, candidate, capsys):
 
 SOFTMAX_MISTAKES = [
     ("no_mask", "no masking"),
+    ("after_softmax", "masked after the softmax, without renormalising"),
     ("off_by_one", "mask off by one"),
     ("wrong_axis", "softmax over the wrong axis"),
     ("nan", "NaN on a row with valid length 0"),
@@ -154,10 +164,18 @@ TRANSPOSE_MISTAKES = [
     ("no_permute", "reshape without the permute"),
     ("head_major", "head-major"),
 ]
-MHA_MISTAKES = SOFTMAX_MISTAKES + [
+QKV_MISTAKES = TRANSPOSE_MISTAKES + [("permute_0231", "permute(0, 2, 3, 1) instead of permute(0, 2, 1, 3)")]
+OUTPUT_MISTAKES = TRANSPOSE_MISTAKES + [("plain_reshape", "reshape without the permute")]
+ATTENTION_MISTAKES = [
     ("no_scaling", "missing 1/sqrt(d) scaling"),
+    ("sqrt_Lk", "scaling by 1/sqrt(Lk), the number of keys"),
+    ("no_transpose", "Q @ K without the transpose"),
+]
+MHA_MISTAKES = SOFTMAX_MISTAKES + ATTENTION_MISTAKES + [
     ("repeat", "repeat instead of repeat_interleave"),
     ("no_permute", "reshape without the permute"),
+    ("permute_0231", "permute(0, 2, 3, 1) instead of permute(0, 2, 1, 3)"),
+    ("plain_reshape", "transpose_output as a plain reshape"),
     ("no_W_o", "forgot the output projection W_o"),
 ]
 
@@ -170,11 +188,11 @@ WRONG = (
     [(check_masked_softmax, _with_bug(student_masked_softmax, bug), phrase)
      for bug, phrase in SOFTMAX_MISTAKES]
     + [(check_dot_product_attention, _with_bug(student_attention, bug), phrase)
-       for bug, phrase in SOFTMAX_MISTAKES + [("no_scaling", "missing 1/sqrt(d) scaling")]]
+       for bug, phrase in SOFTMAX_MISTAKES + ATTENTION_MISTAKES]
     + [(check_transpose_qkv, _with_bug(student_transpose_qkv, bug), phrase)
-       for bug, phrase in TRANSPOSE_MISTAKES]
+       for bug, phrase in QKV_MISTAKES]
     + [(check_transpose_output, _with_bug(student_transpose_output, bug), phrase)
-       for bug, phrase in TRANSPOSE_MISTAKES]
+       for bug, phrase in OUTPUT_MISTAKES]
     + [(check_multihead_attention, make_mha(bug), phrase) for bug, phrase in MHA_MISTAKES]
 )
 
@@ -214,7 +232,8 @@ def test_uniform_rows_of_d2l_fill_value_are_named(capsys):
 
     ok, out = run(check_masked_softmax, d2l_style, capsys)
     assert ok is False
-    assert "uniform weights instead of zeros" in out
+    assert "not a bug, another convention" in out and "d2l.ai" in out
+    assert "not yet right" not in out
 
 
 def test_naive_exp_overflow_is_reported_as_nan(capsys):
