@@ -39,10 +39,15 @@ from mha_lib.multihead import MultiHeadAttention
 
 __all__ = [
     "MISTAKES",
+    "check_crossover_length",
     "check_dot_product_attention",
+    "check_longest_sequence",
     "check_masked_softmax",
+    "check_mean_entropy",
     "check_multihead_attention",
     "check_num_parameters",
+    "check_prune_heads",
+    "check_stiefel_dimension",
     "check_transpose_output",
     "check_transpose_qkv",
 ]
@@ -355,9 +360,12 @@ class _Case:
     run_student: Callable[..., object]
     variant: Callable[[dict], Tensor]
     inputs: tuple = ()
+    exact: bool = False  # integer answers: compare exactly, not to a relative tolerance
 
 
-def _close(a: Tensor, b: Tensor) -> bool:
+def _close(a: Tensor, b: Tensor, exact: bool = False) -> bool:
+    if exact:
+        return a.shape == b.shape and torch.equal(a, b)
     return a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
 
 
@@ -386,7 +394,8 @@ def _diagnose(cases, outputs, settings) -> list[dict]:
     for spec in _specs(settings):
         if found and len(spec) > len(found[0]):
             break
-        if all(_close(outputs[i], case.variant(spec)) for i, case in enumerate(cases) if i in outputs):
+        if all(_close(outputs[i], case.variant(spec), case.exact)
+               for i, case in enumerate(cases) if i in outputs):
             found.append(spec)
     return found
 
@@ -455,7 +464,7 @@ def _run_checker(name: str, cases: list[_Case], settings: dict[str, tuple[str, .
         outputs[i] = out
         if torch.isnan(out).any() and not torch.isnan(expected).any():
             nan_cases.append(i)
-        if not _close(out, expected):
+        if not _close(out, expected, case.exact):
             differ.append(case.description)
     if not problems and not differ:
         print(f"{name}: all {len(cases)} cases pass.")
@@ -816,3 +825,254 @@ def check_num_parameters(fn: Callable) -> bool:
     settings = {"params": ("no_W_o", "per_head"), "bias": ("ignored", "always")}
     return _run_checker("check_num_parameters", cases, settings,
                         "Compare with sum(p.numel() for p in MultiHeadAttention(...).parameters()).")
+
+
+# --------------------------------------------------------------------------------------------
+# Checkers for the exercises of chapters 4-7
+# --------------------------------------------------------------------------------------------
+
+MISTAKES.update({
+    ("entropy", "nan"): Mistake(
+        "NaN from 0 * log(0) on masked keys",
+        "A masked key has weight exactly 0, and w * torch.log(w) is then 0 * (-inf) = NaN. By "
+        "convention 0 log 0 = 0: use torch.xlogy(w, w), or torch.special.entr(w).",
+    ),
+    ("entropy", "log2"): Mistake(
+        "entropy in bits (log2) instead of nats (natural log)",
+        "The exercise compares with log 6, the natural logarithm: use torch.log (or xlogy), "
+        "not torch.log2.",
+    ),
+    ("entropy", "sign"): Mistake(
+        "the minus sign is missing",
+        "Entropy is -sum w log w; every log w <= 0, so without the minus the result is negative.",
+    ),
+    ("entropy", "queries"): Mistake(
+        "summed over the queries instead of over the keys",
+        "Each row (one query, over the keys) is a distribution: sum over the last axis "
+        "(dim=-1), then average the rows of each head (dim=-1 of the result).",
+    ),
+    ("stiefel", "d_squared"): Mistake(
+        "d*d constraints instead of d(d+1)/2",
+        "P^T P = I is a symmetric d x d equation: entry (i, j) and entry (j, i) are the same "
+        "equation, so only d(d+1)/2 of the d*d entries constrain P.",
+    ),
+    ("stiefel", "antisymmetric"): Mistake(
+        "d(d-1)/2 constraints instead of d(d+1)/2",
+        "d(d-1)/2 is the dimension of the orthogonal group (the off-diagonal equations only). "
+        "The diagonal equations |p_i| = 1 constrain P too: d(d+1)/2 in all.",
+    ),
+    ("stiefel", "free"): Mistake(
+        "no constraint counted: N*d",
+        "N*d is the size of an unconstrained N x d matrix. The rank of the Jacobian of the "
+        "parametrization is smaller, because the map lands on the manifold P^T P = I.",
+    ),
+    ("crossover", "half"): Mistake(
+        "L = D: only two of the four projections counted",
+        "Self-attention has four D x D projections (W_q, W_k, W_v on L tokens each, W_o on the "
+        "L outputs), 8 L D^2 FLOPs in all, against 4 L^2 D for the scores and the weighted sum.",
+    ),
+    ("crossover", "double"): Mistake(
+        "L = 4D: only the scores counted, not the weighted sum",
+        "The attention part is two matrix products of the same size, the scores Q K^T and the "
+        "weighted sum of the values: 2 L^2 D FLOPs each, 4 L^2 D together.",
+    ),
+    ("crossover", "strict"): Mistake(
+        "one too many: attention must *reach* the projections, not exceed them",
+        "The smallest L with 4 L^2 D >= 8 L D^2 is L = 2D itself (equality counts).",
+    ),
+    ("memory", "no_bytes"): Mistake(
+        "counted weights, not bytes",
+        "Each float32 weight takes 4 bytes: B * H * L * L * 4 <= budget.",
+    ),
+    ("memory", "float64"): Mistake(
+        "8 bytes per weight: float64 instead of float32",
+        "The weights are float32: 4 bytes each.",
+    ),
+    ("memory", "float_sqrt"): Mistake(
+        "int(math.sqrt(...)) rounds up for large numbers",
+        "A float has 53 bits of mantissa: for budgets around 10^16 math.sqrt can return the "
+        "next integer. math.isqrt computes the exact floor of the square root.",
+    ),
+    ("prune", "kept_listed"): Mistake(
+        "kept the listed heads instead of removing them",
+        "`heads` lists the heads to remove: keep every head h that is *not* in the list.",
+    ),
+    ("prune", "interleaved"): Mistake(
+        "head h's rows taken as h, h + H, h + 2H, ... instead of the block h*d .. h*d + d - 1",
+        "transpose_qkv gives head h the d consecutive features h*d, ..., h*d + d - 1: keep "
+        "those rows of W_q, W_k, W_v and those columns of W_o.",
+    ),
+})
+
+
+def _int_output(fn: Callable, *args) -> Tensor:
+    out = _call(fn, *args)
+    return torch.tensor(float(out), dtype=torch.float64) if isinstance(out, (int, float)) else out
+
+
+def _scalar_cases(fn: Callable, configs, describe: str, variant: Callable) -> list[_Case]:
+    return [_Case(describe.format(*config),
+                  run_student=lambda config=config: _int_output(fn, *config),
+                  variant=lambda spec, config=config: torch.tensor(float(variant(*config, spec)),
+                                                                   dtype=torch.float64),
+                  exact=True)
+            for config in configs]
+
+
+def mean_entropy_variant(w: Tensor, spec: dict[str, str]) -> Tensor:
+    """Mean row entropy per head of weights (H, Lq, Lk) -> (H,), with the mistakes of ``spec``."""
+    log = {"nan": torch.log(w), "log2": torch.log2(w)}.get(spec.get("entropy"))
+    terms = torch.xlogy(w, w) if log is None else w * log  # (H, Lq, Lk)
+    if spec.get("entropy") == "queries":
+        rows = terms.sum(-2)  # (H, Lk): the wrong axis
+    else:
+        rows = terms.sum(-1)  # (H, Lq)
+    return (rows.mean(-1) if spec.get("entropy") == "sign" else -rows.mean(-1))  # (H,)
+
+
+def check_mean_entropy(fn: Callable) -> bool:
+    """Check ``fn(w)``: the mean row entropy of each head, for weights (H, Lq, Lk) -> (H,).
+
+    Chapter 4's exercise ``ex-04-entropy``. Masked keys have weight 0 and count 0 log 0 = 0.
+
+    Catches: NaN from 0 log 0, log2 instead of the natural log, a missing minus sign, the sum
+    over the queries instead of the keys.
+    """
+    g = _seeded(4)
+    cases = []
+    for description, H, Lq, Lk, lens in (("3 heads, no masked key", 3, 4, 5, [5, 5, 5, 5]),
+                                         ("2 heads, masked keys (weight 0)", 2, 3, 6, [6, 2, 4])):
+        scores = torch.randn(1, H * Lq, Lk, generator=g)
+        lens = torch.tensor(lens).repeat(H)[None]  # (1, H*Lq): one valid length per query
+        w = masked_softmax(scores, lens).reshape(H, Lq, Lk)  # (H, Lq, Lk)
+        cases.append(_Case(description, run_student=lambda w: _call(fn, w),
+                           variant=lambda spec, w=w: mean_entropy_variant(w, spec), inputs=(w,)))
+    return _run_checker("check_mean_entropy", cases,
+                        {"entropy": ("nan", "log2", "sign", "queries")},
+                        "Compute -(torch.xlogy(w, w)).sum(-1).mean(-1) by hand on one head.")
+
+
+def stiefel_dimension_variant(N: int, d: int, spec: dict[str, str]) -> int:
+    """N*d minus the number of independent equations of P^T P = I (with ``spec``'s mistake)."""
+    constraints = {"d_squared": d * d, "antisymmetric": d * (d - 1) // 2, "free": 0}
+    return N * d - constraints.get(spec.get("stiefel"), d * (d + 1) // 2)
+
+
+def check_stiefel_dimension(fn: Callable) -> bool:
+    """Check ``fn(N, d) -> int``, the dimension of the Stiefel manifold St(d, N).
+
+    Chapter 5's exercise ``ex-05-stiefel-dimension``: the answer is N d - d(d+1)/2.
+
+    Catches: d*d or d(d-1)/2 constraints instead of d(d+1)/2, no constraint at all.
+    """
+    cases = _scalar_cases(fn, ((6, 2), (5, 1), (4, 4), (6, 3)), "N={}, d={}",
+                          stiefel_dimension_variant)
+    return _run_checker("check_stiefel_dimension", cases,
+                        {"stiefel": ("d_squared", "antisymmetric", "free")},
+                        "Count the entries of P (N*d) and the independent equations of P^T P = I.")
+
+
+def crossover_length_variant(D: int, spec: dict[str, str]) -> int:
+    """Smallest L with 4 L^2 D >= 8 L D^2 (self-attention), i.e. 2D, or ``spec``'s mistake."""
+    return {"half": D, "double": 4 * D, "strict": 2 * D + 1}.get(spec.get("crossover"), 2 * D)
+
+
+def check_crossover_length(fn: Callable) -> bool:
+    """Check ``fn(D) -> int``: the smallest self-attention length L at which the scores and the
+    weighted sum cost as many FLOPs as the four projections (chapter 6, ``ex-06-crossover``).
+
+    Catches: two projections instead of four, the weighted sum forgotten, a strict inequality.
+    """
+    cases = _scalar_cases(fn, ((1,), (8,), (64,), (100,)), "D={}", crossover_length_variant)
+    return _run_checker("check_crossover_length", cases,
+                        {"crossover": ("half", "double", "strict")},
+                        "Write both FLOP counts for L = Lq = Lk and solve 4 L^2 D >= 8 L D^2.")
+
+
+def longest_sequence_variant(budget: int, B: int, H: int, spec: dict[str, str]) -> int:
+    """Largest L with B*H*L*L*4 <= budget (float32 weights), or ``spec``'s mistake."""
+    mistake = spec.get("memory")
+    if mistake == "float_sqrt":
+        return int(math.sqrt(budget / (4 * B * H)))
+    per_weight = {"no_bytes": 1, "float64": 8}.get(mistake, 4)
+    return math.isqrt(budget // (per_weight * B * H))
+
+
+def check_longest_sequence(fn: Callable) -> bool:
+    """Check ``fn(budget, B, H) -> int``: the longest self-attention length whose float32
+    weights (B, H, L, L) fit in ``budget`` bytes (chapter 6, ``ex-06-budget``).
+
+    Catches: weights counted instead of bytes, 8 bytes per weight, float rounding of the
+    square root for large budgets.
+    """
+    big = 4 * ((10**8 + 1) ** 2 - 1)  # the exact answer is 10**8; a float sqrt says 10**8 + 1
+    configs = ((2**30, 16, 8), (10**9, 3, 5), (4 * 7 * 9, 7, 1), (1, 1, 1), (big, 1, 1))
+    cases = _scalar_cases(fn, configs, "budget={}, B={}, H={}", longest_sequence_variant)
+    return _run_checker("check_longest_sequence", cases,
+                        {"memory": ("no_bytes", "float64", "float_sqrt")},
+                        "Solve B * H * L * L * 4 <= budget for the largest integer L.")
+
+
+def _pruned_by_rows(mha: MultiHeadAttention, rows: list[int], num_heads: int) -> nn.Module:
+    """A copy of ``mha`` (no biases) keeping the given feature rows: (H'*d) rows, H' heads."""
+    new = MultiHeadAttention(mha.W_k.in_features, mha.W_q.in_features, mha.W_v.in_features,
+                             num_hiddens=len(rows), num_heads=num_heads, dropout=0.0).eval()
+    new.W_o = nn.Linear(len(rows), mha.W_o.out_features, bias=False)
+    with torch.no_grad():
+        for name in ("W_q", "W_k", "W_v"):
+            getattr(new, name).weight.copy_(getattr(mha, name).weight[rows])  # (H'*d, in)
+        new.W_o.weight.copy_(mha.W_o.weight[:, rows])  # (D, H'*d)
+    return new
+
+
+def prune_heads_variant(mha, heads, x, lens, spec: dict[str, str]) -> Tensor:
+    """Output on ``x`` of ``mha`` without ``heads`` (gated to 0), or with ``spec``'s mistake."""
+    H, d = mha.num_heads, mha.head_size
+    removed = [h for h in range(H) if h not in heads] if spec.get("prune") == "kept_listed" else heads
+    with torch.no_grad():
+        if spec.get("prune") == "interleaved":
+            kept = [h for h in range(H) if h not in heads]
+            rows = [i * H + h for h in kept for i in range(d)]  # every H-th feature
+            return _pruned_by_rows(mha, rows, len(kept))(x, x, x, lens)
+        gates = torch.ones(H)
+        gates[list(removed)] = 0.0
+        return mha(x, x, x, lens, head_mask=gates)  # (B, L, D)
+
+
+def check_prune_heads(fn: Callable) -> bool:
+    """Check ``fn(mha, heads)``: a smaller ``MultiHeadAttention`` without the listed heads,
+    equal to ``mha`` with those heads gated to 0 (chapter 7, ``ex-07-prune``; no biases).
+
+    Catches: keeping the listed heads instead of removing them, rows of every H-th feature
+    instead of a block of d, W_o's rows instead of its columns (a shape error), a wrong
+    number of heads.
+    """
+    torch.manual_seed(5)
+    mha = MultiHeadAttention(6, 6, 6, num_hiddens=12, num_heads=4, dropout=0.0).eval()
+    x, lens = torch.randn(2, 5, 6, generator=_seeded(5)), _lens([5, 3])
+    cases = []
+    for heads in ([0], [1, 3], [0, 1, 2]):
+        def run(heads=heads):
+            pruned = _call(fn, mha, list(heads))
+            if not isinstance(pruned, nn.Module):
+                return pruned
+            expected = mha.num_heads - len(heads)
+            if getattr(pruned, "num_heads", expected) != expected:
+                raise _Crash(f"no error, but the result has num_heads = {pruned.num_heads}; "
+                             f"removing {len(heads)} of {mha.num_heads} heads leaves {expected}")
+            with torch.no_grad():
+                return _call(pruned.eval(), x, x, x, lens)
+
+        cases.append(_Case(f"removing heads {heads}", run_student=run,
+                           variant=lambda spec, heads=heads: prune_heads_variant(
+                               mha, heads, x, lens, spec)))
+
+    def crash_hint(message: str) -> list[str]:
+        if any(pattern in message for pattern in _MATMUL_ERRORS + ("size of tensor", "shape")):
+            return ["  The heads are W_o's *input* features: keep its columns, "
+                    "W_o.weight[:, rows], since nn.Linear stores (out_features, in_features)."]
+        return []
+
+    return _run_checker("check_prune_heads", cases, {"prune": ("kept_listed", "interleaved")},
+                        "Compare with mha(x, x, x, valid_lens, head_mask=gates), the gates 0 at "
+                        "the removed heads.", crash_hint=crash_hint)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import mha_lib
-from mha_lib import exercises
+from mha_lib import exercises, importance
 from mha_lib.exercises import (
     MISTAKES,
     check_dot_product_attention,
@@ -429,3 +429,97 @@ def test_multihead_model_without_mistakes_matches_the_module():
     with torch.no_grad():
         torch.testing.assert_close(exercises.multihead_variant(ref, q, k, v, lens, spec),
                                    ref(q, k, v, lens))
+
+
+# ---------------------------------------------------------------- checkers of chapters 4-7
+
+
+def entropy_student(w, bug=None):
+    log = torch.log2 if bug == "log2" else torch.log
+    terms = w * log(w) if bug in ("nan", "log2") else torch.xlogy(w, w)  # (H, Lq, Lk)
+    rows = terms.sum(-2) if bug == "queries" else terms.sum(-1)
+    return rows.mean(-1) if bug == "sign" else -rows.mean(-1)
+
+
+def prune_student(mha, heads, bug=None):
+    H, d = mha.num_heads, mha.head_size
+    kept = [h for h in range(H) if (h in heads) == (bug == "kept_listed")]
+    if bug == "interleaved":
+        rows = [i * H + h for h in kept for i in range(d)]
+    else:
+        rows = [h * d + i for h in kept for i in range(d)]
+    new = mha_lib.MultiHeadAttention(mha.W_k.in_features, mha.W_q.in_features,
+                                     mha.W_v.in_features, num_hiddens=len(rows),
+                                     num_heads=len(kept), dropout=0.0)
+    new.W_o = nn.Linear(len(rows), mha.W_o.out_features, bias=False)
+    with torch.no_grad():
+        for name in ("W_q", "W_k", "W_v"):
+            getattr(new, name).weight.copy_(getattr(mha, name).weight[rows])
+        W_o = mha.W_o.weight[rows] if bug == "W_o_rows" else mha.W_o.weight[:, rows]
+        new.W_o.weight.copy_(W_o)
+    return new
+
+
+LATER_REFERENCES = [
+    (exercises.check_mean_entropy, entropy_student),
+    (exercises.check_stiefel_dimension, lambda N, d: N * d - d * (d + 1) // 2),
+    (exercises.check_crossover_length, lambda D: 2 * D),
+    (exercises.check_longest_sequence, lambda budget, B, H: math.isqrt(budget // (4 * B * H))),
+    (exercises.check_prune_heads, prune_student),
+    (exercises.check_prune_heads, lambda mha, heads: importance.prune_heads(mha, heads)),
+]
+
+
+@pytest.mark.parametrize("checker, candidate", LATER_REFERENCES)
+def test_later_reference_passes(checker, candidate, capsys):
+    ok, out = run(checker, candidate, capsys)
+    assert ok is True and "cases pass" in out
+
+
+LATER_WRONG = [
+    (exercises.check_mean_entropy, lambda w: entropy_student(w, "nan"), "NaN from 0 * log(0)"),
+    (exercises.check_mean_entropy, lambda w: entropy_student(w, "log2"), "bits (log2)"),
+    (exercises.check_mean_entropy, lambda w: entropy_student(w, "sign"), "minus sign is missing"),
+    (exercises.check_mean_entropy, lambda w: entropy_student(w, "queries"), "over the queries"),
+    (exercises.check_stiefel_dimension, lambda N, d: N * d - d * d, "d*d constraints"),
+    (exercises.check_stiefel_dimension, lambda N, d: N * d - d * (d - 1) // 2, "d(d-1)/2"),
+    (exercises.check_stiefel_dimension, lambda N, d: N * d, "no constraint counted"),
+    (exercises.check_crossover_length, lambda D: D, "only two of the four projections"),
+    (exercises.check_crossover_length, lambda D: 4 * D, "not the weighted sum"),
+    (exercises.check_crossover_length, lambda D: 2 * D + 1, "must *reach*"),
+    (exercises.check_longest_sequence, lambda b, B, H: math.isqrt(b // (B * H)), "not bytes"),
+    (exercises.check_longest_sequence, lambda b, B, H: math.isqrt(b // (8 * B * H)), "float64"),
+    (exercises.check_longest_sequence, lambda b, B, H: int(math.sqrt(b / (4 * B * H))), "math.isqrt"),
+    (exercises.check_prune_heads, lambda m, h: prune_student(m, h, "kept_listed"), "kept the listed heads"),
+    (exercises.check_prune_heads, lambda m, h: prune_student(m, h, "interleaved"), "h + H, h + 2H"),
+    (exercises.check_prune_heads, lambda m, h: prune_student(m, h, "W_o_rows"), "keep its columns"),
+]
+
+
+@pytest.mark.parametrize("checker, candidate, phrase", LATER_WRONG,
+                         ids=[f"{c.__name__}-{p}" for c, _, p in LATER_WRONG])
+def test_later_mistake_is_named(checker, candidate, phrase, capsys):
+    ok, out = run(checker, candidate, capsys)
+    assert ok is False
+    assert phrase in out
+
+
+def test_prune_checker_reports_a_wrong_number_of_heads(capsys):
+    def keeps_all(mha, heads):
+        return prune_student(mha, [])
+
+    ok, out = run(exercises.check_prune_heads, keeps_all, capsys)
+    assert ok is False and "num_heads = 4" in out
+
+
+def test_chapter_6_references_agree_with_the_bench_module():
+    from mha_lib.bench import Sizes, flop_count, weights_bytes
+
+    for D in (1, 8, 64, 100):
+        L = exercises.crossover_length_variant(D, {})
+        f, g = flop_count(Sizes(1, L, L, D, 1)), flop_count(Sizes(1, L - 1, L - 1, D, 1))
+        assert f["scores"] + f["weighted sum"] >= f["projections"]
+        assert L == 1 or g["scores"] + g["weighted sum"] < g["projections"]
+    for budget, B, H in ((2**30, 16, 8), (10**9, 3, 5)):
+        L = exercises.longest_sequence_variant(budget, B, H, {})
+        assert weights_bytes(Sizes(B, L, L, H, H)) <= budget < weights_bytes(Sizes(B, L + 1, L + 1, H, H))
