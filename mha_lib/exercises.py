@@ -218,7 +218,7 @@ MISTAKES: dict[tuple[str, str], Mistake] = {
 # Reference implementations of each mistake, built from mha_lib pieces
 # --------------------------------------------------------------------------------------------
 
-_MASK_SHIFT = {"right": 0, "one_more": 1, "one_less": -1}
+_MASK_SHIFT = {"right": 0, "one_more": 1, "one_less": -1, "after_softmax": 0}
 _SOFTMAX_DIM = {"right": -1, "queries": -2, "batch": 0}
 
 
@@ -238,10 +238,11 @@ def softmax_variant(X: Tensor, valid_lens: Tensor | None, spec: dict[str, str]) 
     if valid_lens is None or mask == "none":
         keep = torch.ones_like(X, dtype=torch.bool)
     else:
-        keep = keep_mask_from_valid_lens(valid_lens + _MASK_SHIFT.get(mask, 0), Lq, Lk)  # (B, Lq, Lk)
+        shifted = (valid_lens + _MASK_SHIFT[mask]).clamp(0, Lk)  # past either end: same mask
+        keep = keep_mask_from_valid_lens(shifted, Lq, Lk)  # (B, Lq, Lk)
+    empty = spec.get("empty", "zeros")
     if mask == "after_softmax":
         return torch.softmax(X, dim=_SOFTMAX_DIM[spec.get("axis", "right")]) * keep
-    empty = spec.get("empty", "zeros")
     fill = {"zeros": torch.finfo(X.dtype).min, "nan": -math.inf, "uniform": -1e6}[empty]
     weights = torch.softmax(X.masked_fill(~keep, fill), dim=_SOFTMAX_DIM[spec.get("axis", "right")])
     return weights * keep if empty == "zeros" else weights
