@@ -193,7 +193,8 @@ def softmax_variant(X: Tensor, valid_lens: Tensor | None, spec: dict[str, str]) 
     if valid_lens is None or mask == "none":
         keep = torch.ones_like(X, dtype=torch.bool)
     else:
-        keep = keep_mask_from_valid_lens(valid_lens + _MASK_SHIFT[mask], Lq, Lk)  # (B, Lq, Lk)
+        shifted = (valid_lens + _MASK_SHIFT[mask]).clamp(0, Lk)  # past either end: same mask
+        keep = keep_mask_from_valid_lens(shifted, Lq, Lk)  # (B, Lq, Lk)
     empty = spec.get("empty", "zeros")
     fill = {"zeros": torch.finfo(X.dtype).min, "nan": -math.inf, "uniform": -1e6}[empty]
     weights = torch.softmax(X.masked_fill(~keep, fill), dim=_SOFTMAX_DIM[spec.get("axis", "right")])
