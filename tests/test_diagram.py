@@ -52,3 +52,13 @@ def test_unknown_stage_is_a_value_error_naming_the_argument():
     with pytest.raises(ValueError, match="highlight"):
         mha_diagram(highlight=("reshape",))
     assert set(STAGES) == {"inputs", "project", "split", "attend", "concat", "output"}
+
+
+def test_drawing_leaves_the_global_random_state_alone():
+    import torch
+
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    mha_diagram()
+    torch.testing.assert_close(torch.rand(3), expected)

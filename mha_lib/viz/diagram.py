@@ -64,8 +64,9 @@ def traced_shapes() -> dict[str, str]:
         ``"weights"``, ``"output"``) to a shape such as ``"(B*H, Lq, d)"``.
     """
     s = _SIZES
-    mha = MultiHeadAttention(s["key_size"], s["query_size"], s["value_size"],
-                             num_hiddens=s["H"] * s["d"], num_heads=s["H"], dropout=0.0).eval()
+    with torch.random.fork_rng():  # drawing the diagram leaves the caller's random state alone
+        mha = MultiHeadAttention(s["key_size"], s["query_size"], s["value_size"],
+                                 num_hiddens=s["H"] * s["d"], num_heads=s["H"], dropout=0.0).eval()
     g = torch.Generator().manual_seed(0)
     queries = torch.randn(s["B"], s["Lq"], s["query_size"], generator=g)
     keys = torch.randn(s["B"], s["Lk"], s["key_size"], generator=g)
