@@ -108,6 +108,15 @@ def test_marking_the_chapters_changes_nothing_but_nbgrader_metadata(tmp_path):
         assert "BEGIN SOLUTION" not in "".join(c.source for c in nb.cells)
 
 
+@pytest.mark.parametrize("path", sorted(CHAPTERS.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_the_chapters_carry_their_nbgrader_marks(path):
+    nb = nbformat.read(path, as_version=4)
+    marked = copy.deepcopy(nb)
+    assignments.mark_notebook(marked)
+    assert marked == nb, (f"{path.name}: the nbgrader marks are stale; run "
+                          "`.venv/bin/python -m mha_lib.book.assignments mark chapters/*.ipynb`")
+
+
 # ------------------------------------------------------------------------- solution regions
 
 
