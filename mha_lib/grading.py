@@ -6,8 +6,8 @@ attention only repeats the valid lengths the wrong way deserves more than one wh
 not run. This module turns a checker's verdict into points:
 
 * one point when the code runs on every case and returns the right shapes;
-* one point per *mistake family* the checker covers (masking, scaling, heads, output
-  projection, counting), kept unless the checker names a mistake of that family.
+* one point per *mistake family* the checker covers (masking, scores, heads, output
+  projection, counting, ...), kept unless the checker names a mistake of that family.
 
 A wrong answer whose outputs match none of the classic mistakes keeps only the first point:
 nothing says which family it belongs to. The checker itself is run unchanged; this module reads
@@ -44,25 +44,36 @@ FAMILIES: dict[str, str] = {
     "mask": "masking",
     "axis": "masking",
     "empty": "masking",
-    "scale": "scaling",
-    "transpose": "scaling",
+    "scale": "scores",
+    "scores": "scores",
     "lens": "heads",
     "fold": "heads",
     "split": "heads",
-    "permute": "heads",
+    "merge": "heads",
     "W_o": "output projection",
     "params": "counting",
     "bias": "counting",
+    "entropy": "entropy",
+    "stiefel": "counting",
+    "crossover": "formula",
+    "memory": "formula",
+    "prune": "pruning",
 }
 
-#: The mistake families each checker can name, in the order the table prints them.
+#: The mistake families each checker can name, in the order the table prints them. A checker
+#: missing here gets no partial-credit cell: its test cell gives all or nothing.
 CHECKER_FAMILIES: dict[str, tuple[str, ...]] = {
     "check_masked_softmax": ("masking",),
-    "check_dot_product_attention": ("masking", "scaling"),
+    "check_dot_product_attention": ("masking", "scores"),
     "check_transpose_qkv": ("heads",),
     "check_transpose_output": ("heads",),
-    "check_multihead_attention": ("masking", "scaling", "heads", "output projection"),
+    "check_multihead_attention": ("masking", "scores", "heads", "output projection"),
     "check_num_parameters": ("counting",),
+    "check_mean_entropy": ("entropy",),
+    "check_stiefel_dimension": ("counting",),
+    "check_crossover_length": ("formula",),
+    "check_longest_sequence": ("formula",),
+    "check_prune_heads": ("pruning",),
 }
 
 RUNS = "runs on every case and returns the right shapes"
@@ -133,8 +144,9 @@ def run_checker(checker: str, answer) -> Report:
     Warnings and anything written to stderr are kept in the report's message, so that nbgrader
     (which gives 0 points to a cell that writes to stderr) sees only stdout.
     """
-    if checker not in CHECKER_FAMILIES:
-        raise ValueError(f"checker: expected one of {sorted(CHECKER_FAMILIES)}, got {checker!r}")
+    if checker not in CHECKER_FAMILIES or not hasattr(exercises, checker):
+        known = sorted(c for c in CHECKER_FAMILIES if hasattr(exercises, c))
+        raise ValueError(f"checker: expected one of {known}, got {checker!r}")
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
             warnings.catch_warnings(record=True) as caught:

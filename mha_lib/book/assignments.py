@@ -328,10 +328,11 @@ def solution_regions(source: str) -> str:
 
 def _checker_call(cell) -> tuple[str, str] | None:
     """(checker, answer name) of a cell calling a checker of mha_lib.exercises, if any."""
+    from mha_lib import exercises
     from mha_lib.grading import CHECKER_FAMILIES
 
     for checker, answer in CHECKER_CALL.findall(cell.source):
-        if checker in CHECKER_FAMILIES:
+        if checker in CHECKER_FAMILIES and hasattr(exercises, checker):
             return checker, answer
     return None
 
