@@ -86,6 +86,8 @@ def test_mark_is_idempotent_and_keeps_an_authors_points():
     assignments.mark_notebook(nb)
     test_cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-assert-test")
     test_cell.metadata["nbgrader"]["points"] = 5
+    written = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-why-written")
+    written.metadata["nbgrader"]["points"] = 0  # an ungraded prediction
     once = copy.deepcopy(nb)
     assignments.mark_notebook(nb)
     assert nb == once

@@ -30,13 +30,15 @@ def _grade_id(cell) -> str | None:
 
 
 def checked_exercises(source_nb) -> dict[str, tuple[str, str]]:
-    """{label: (checker, answer name)} of the exercises with a partial-credit cell."""
+    """{label: (checker, answer name)} of the exercises with a partial-credit cell and a wrong
+    answer in grading_cases."""
     found = {}
     for cell in source_nb.cells:
         grade_id = _grade_id(cell) or ""
         if grade_id.endswith("-mistakes"):
             checker, name = re.search(r'partial_credit\("(\w+)", (\w+)\)', cell.source).groups()
-            found[grade_id.removesuffix("-mistakes")] = (checker, name)
+            if checker in WRONG:  # a checker without a wrong answer here: submitted right
+                found[grade_id.removesuffix("-mistakes")] = (checker, name)
     return found
 
 

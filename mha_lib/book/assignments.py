@@ -158,8 +158,8 @@ def mark_notebook(nb) -> int:
     Returns:
         The number of exercises marked.
     """
-    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"].get("points")
-              for c in nb.cells if "grade_id" in c.get("metadata", {}).get("nbgrader", {})}
+    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+              for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("points") is not None}
     for cell in nb.cells:
         cell.metadata.pop("nbgrader", None)
     exercises = find_exercises(nb)
@@ -170,12 +170,12 @@ def mark_notebook(nb) -> int:
         if ex.test is not None:
             grade_id = f"{ex.label}-test"
             nb.cells[ex.test].metadata["nbgrader"] = _meta(
-                grade_id, solution=False, grade=True, points=points.get(grade_id) or 1)
+                grade_id, solution=False, grade=True, points=points.get(grade_id, 1))
         elif ex.prose or ex.code:
             grade_id = f"{ex.label}-written"
             target = ex.prose[0] if ex.prose else ex.code[0]
             nb.cells[target].metadata["nbgrader"] = _meta(
-                grade_id, solution=True, grade=True, points=points.get(grade_id) or 1)
+                grade_id, solution=True, grade=True, points=points.get(grade_id, 1))
     return len(exercises)
 
 
