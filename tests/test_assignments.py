@@ -135,8 +135,8 @@ def test_solution_regions_keep_the_scaffold():
     marked = assignments.solution_regions(source)
     assert marked.splitlines() == [
         "import torch", "", "",
-        "def f(X: torch.Tensor,", "      n: int = 2) -> torch.Tensor:", '    """Doc."""',
-        "    ### BEGIN SOLUTION", "    # the trick", "    secret = X * n", "    return secret",
+        "def f(X: torch.Tensor,", "      n: int = 2) -> torch.Tensor:",
+        "    ### BEGIN SOLUTION", '    """Doc."""', "    # the trick", "    secret = X * n", "    return secret",
         "    ### END SOLUTION", "", "",
         "### BEGIN SOLUTION", "print(f(torch.ones(1)))", "### END SOLUTION"]
 
@@ -181,7 +181,7 @@ def test_source_notebook_drops_the_answer_key_prose_and_adds_partial_credit():
     assert 'partial_credit("check_masked_softmax", my_masked_softmax)' in hidden.source
     assert "### BEGIN HIDDEN TESTS" in hidden.source
     answer = next(c for c in source.cells if assignments.is_solution_cell(c))
-    assert "### BEGIN SOLUTION\n    # SECRET COMMENT" in answer.source
+    assert '### BEGIN SOLUTION\n    """Softmax over' in answer.source
     assert all(c.outputs == [] for c in source.cells if c.cell_type == "code")
 
 
@@ -214,3 +214,32 @@ def test_teaching_session_plan_adds_up_to_90_minutes():
     plan = text.split("## A 90-minute session", 1)[1].split("\n## ", 1)[0]
     minutes = [int(m) for m in re.findall(r"^\|\s*(\d+)\s*min\s*\|", plan, re.MULTILINE)]
     assert len(minutes) >= 4 and sum(minutes) == 90, minutes
+
+
+# ------------------------------------------------------------------------- no answer reaches students
+
+
+def _released(nb):
+    """What nbgrader's ClearSolutions and ClearHiddenTests leave of a source notebook."""
+    from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
+
+    nb, _ = ClearSolutions().preprocess(nb, {})
+    nb, _ = ClearHiddenTests().preprocess(nb, {})
+    return nb
+
+
+@pytest.mark.parametrize("path", sorted(CHAPTERS.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_no_line_of_a_solution_reaches_the_release(path):
+    nb = nbformat.read(path, as_version=4)
+    release = _released(assignments.source_notebook(nb))
+    released = "\n".join(c.source for c in release.cells)
+    outside = "\n".join(c.source for i, c in enumerate(nb.cells) if not any(
+        ex.start <= i <= ex.end for ex in assignments.find_exercises(nb)))
+    for ex in assignments.find_exercises(nb):
+        for i in ex.code + ex.prose + ex.untagged:
+            for line in nb.cells[i].source.splitlines():
+                body = line.strip()
+                if len(body) > 20 and not body.startswith(("def ", "class ", "from ", "import ", '"""')) \
+                        and body not in outside:
+                    assert body not in released, (path.name, ex.label, body)
+    assert "partial_credit" not in released and "BEGIN SOLUTION" not in released

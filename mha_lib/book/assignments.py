@@ -20,8 +20,7 @@ Running it again gives the same notebooks (points an author changed are kept).
 
 **build** writes ``<course>/source/<chapter>/<chapter>.ipynb`` for every chapter with exercises
 (the instructor version: the exercise boxes as plain markdown, the solutions' prose removed,
-``### BEGIN SOLUTION`` regions around the bodies so that students keep each ``def`` line and
-docstring, and after every checker cell a hidden partial-credit cell from
+``### BEGIN SOLUTION`` regions around the bodies so that students keep each ``def`` line, and after every checker cell a hidden partial-credit cell from
 :mod:`mha_lib.grading`), then runs ``nbgrader generate_assignment`` on each: the student
 versions land in ``<course>/release/`` with the solutions replaced by stubs, hidden tests
 removed and checksums set. It refuses a course folder that is, contains or lies inside the
@@ -282,13 +281,10 @@ def _regions(body: list, in_class: bool) -> list[tuple[int, int, int]]:
             if not in_class:
                 regions.append((first, node.end_lineno, first - 1))
             continue
-        doc_end = _docstring_end(node)
-        inner = node.body[1:] if doc_end else node.body
-        header_end = doc_end or node.lineno
-        if isinstance(node, ast.ClassDef):
-            regions += _regions(inner, in_class=True)
-        elif inner:
-            regions.append((inner[0].lineno, node.end_lineno, header_end))
+        if isinstance(node, ast.ClassDef):  # the class docstring stays, the methods' bodies go
+            regions += _regions(node.body[1:] if _docstring_end(node) else node.body, in_class=True)
+        else:  # the whole body, docstring included: a docstring may give the answer away
+            regions.append((node.body[0].lineno, node.end_lineno, node.lineno))
     close()
     return regions
 
@@ -296,8 +292,8 @@ def _regions(body: list, in_class: bool) -> list[tuple[int, int, int]]:
 def solution_regions(source: str) -> str:
     """``source`` with ``### BEGIN/END SOLUTION`` around everything but the scaffold.
 
-    The scaffold (imports, ``def`` / ``class`` lines, docstrings) stays for the students, so the
-    checker below still finds the name; nbgrader replaces each region with ``# YOUR CODE HERE``
+    The scaffold (imports, ``def`` / ``class`` lines, class docstrings) stays for the students,
+    so the checker below still finds the name; nbgrader replaces each region with ``# YOUR CODE HERE``
     and ``raise NotImplementedError()``. Comments right above a region belong to it. A cell
     that does not parse becomes one region.
     """

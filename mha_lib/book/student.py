@@ -7,7 +7,7 @@ Usage::
 A thin wrapper over :mod:`mha_lib.book.assignments`: it builds the course in a temporary folder
 with ``nbgrader generate_assignment`` and copies each released notebook to
 ``student/<chapter>.ipynb``. In them every solution body is ``# YOUR CODE HERE`` /
-``raise NotImplementedError()`` (the ``def`` lines and docstrings stay), the solutions' prose
+``raise NotImplementedError()`` (the ``def`` lines stay), the solutions' prose
 is gone, written answers say ``YOUR ANSWER HERE``, and the checker cells stay. For a class,
 use the course folder itself (``make assignments``, see teaching.md).
 
