@@ -25,7 +25,8 @@ Running it again gives the same notebooks (points an author changed are kept).
 versions land in ``<course>/release/`` with the solutions replaced by stubs, hidden tests
 removed and checksums set. It refuses a course folder that is, contains or lies inside the
 chapters' folder. nbgrader runs with the course's own ``nbgrader_config.py`` and gradebook, and
-with ``JUPYTER_CONFIG_DIR`` pointing into the course, so a personal ``~/.jupyter`` is not read.
+with ``JUPYTER_CONFIG_DIR`` (and the runtime and IPython folders) pointing into the course, so a
+personal ``~/.jupyter`` or ``~/.ipython`` is neither read nor written.
 """
 
 from __future__ import annotations
@@ -436,6 +437,7 @@ def nbgrader_env(course: Path) -> dict[str, str]:
     jupyter = Path(course).resolve() / ".jupyter"
     env["JUPYTER_CONFIG_DIR"] = str(jupyter / "config")
     env["JUPYTER_RUNTIME_DIR"] = str(jupyter / "runtime")
+    env["IPYTHONDIR"] = str(jupyter / "ipython")  # kernels start without personal startup files
     # nbgrader runs `alembic` (and the kernel) from PATH: the environment's bin folder first
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
