@@ -6,12 +6,13 @@ STAMP := .venv/.installed
 BUILD := _build/html
 CHAPTERS := $(wildcard chapters/*.ipynb)
 
-.PHONY: help venv chromium book test unit nbval browser student clean
+.PHONY: help venv chromium book test unit nbval browser assignments student clean
 
 help:
 	@echo "make book     build the website into $(BUILD) (creates .venv and installs first)"
 	@echo "make test     unit tests, nbval on every chapter, -W book build, browser tests"
-	@echo "make student  write the student edition of the notebooks into student/"
+	@echo "make assignments  nbgrader course in course/: source, release (see teaching.md)"
+	@echo "make student  the released notebooks of every chapter, gathered in student/"
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -44,9 +45,13 @@ nbval: venv
 browser: venv chromium
 	$(PY) -m pytest tests/browser -m browser -q
 
-# The notebooks without the exercise solutions, for students (student/ is git-ignored).
+# nbgrader course (git-ignored): course/source (instructor), course/release (students).
+assignments: venv
+	$(PY) -m mha_lib.book.assignments build chapters course
+
+# The released notebooks in one folder, for students without nbgrader (git-ignored).
 student: venv
 	$(PY) -m mha_lib.book.student chapters student
 
 clean:
-	rm -rf _build student .pytest_cache .hypothesis
+	rm -rf _build student course .pytest_cache .hypothesis

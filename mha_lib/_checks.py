@@ -5,7 +5,10 @@ Each check raises a ``ValueError`` that names the argument, what was expected an
 
 from __future__ import annotations
 
+import functools
 import numbers
+import warnings
+from typing import Callable, TypeVar
 
 import torch
 from torch import Tensor
@@ -38,3 +41,50 @@ def check_probability(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
         raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
     return float(value)
+
+
+def tracing() -> bool:
+    """True while ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` records the code.
+
+    Checks that look at tensor *values* (a valid length out of range, a mask that is not 0/1)
+    need the data, which a graph does not have while it is being recorded: they are skipped
+    there (and a traced graph computes every valid length correctly because the computation
+    itself has no data-dependent branch). Checks of types, shapes and dtypes always run.
+    """
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
+def check_bool(value: object, name: str) -> bool:
+    """Return ``value`` if it is True or False, else raise."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_size(value: object, name: str) -> int:
+    """Return ``value`` if it is an integer >= 0 (bools excluded), else raise (a tensor size)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+F = TypeVar("F", bound=Callable)
+
+
+def quiet_when_traced(check: F) -> F:
+    """Decorate a check so that ``torch.jit.trace`` does not warn about it.
+
+    A check compares sizes, which ``torch.jit.trace`` records as tensors, and warns that
+    "converting a tensor to a Python boolean might cause the trace to be incorrect". A check
+    only raises or passes; it never changes what is computed, so the trace is correct.
+    """
+
+    @functools.wraps(check)
+    def wrapper(*args, **kwargs):
+        if not torch.jit.is_tracing():
+            return check(*args, **kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            return check(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]

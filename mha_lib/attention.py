@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import check_probability, check_tensor
+from mha_lib._checks import check_bool, check_probability, check_tensor, quiet_when_traced
 from mha_lib.masking import masked_softmax
 
 
@@ -38,6 +38,12 @@ def check_qkv(queries: Tensor, keys: Tensor, values: Tensor) -> None:
             "keys and values must have the same length Lk, got "
             f"{keys.shape[1]} keys and {values.shape[1]} values"
         )
+    for name, x in (("keys", keys), ("values", values)):
+        if x.dtype != queries.dtype or x.device != queries.device:
+            raise ValueError(
+                f"{name} must have the dtype and device of the queries ({queries.dtype} on "
+                f"{queries.device}), got {x.dtype} on {x.device}: convert one with .to(...)"
+            )
 
 
 class DotProductAttention(nn.Module):
@@ -73,15 +79,24 @@ class DotProductAttention(nn.Module):
             output (B, Lq, dv), or ``(output, weights)`` with weights (B, Lq, Lk) when
             ``need_weights`` is true. The weights are those before dropout.
         """
-        check_qkv(queries, keys, values)
-        if queries.shape[-1] != keys.shape[-1]:
-            raise ValueError(
-                "queries and keys must have the same feature size d, got "
-                f"{queries.shape[-1]} and {keys.shape[-1]}"
-            )
+        _check_attention(queries, keys, values, need_weights)
         d = queries.shape[-1]
         # Scale the queries rather than the scores: the same numbers, Lk/d times less work.
         scores = torch.bmm(queries / math.sqrt(d), keys.transpose(1, 2))  # (B, Lq, Lk)
         weights = masked_softmax(scores, valid_lens, inplace=True)  # the scores are ours to overwrite
         output = torch.bmm(self.dropout(weights), values)  # (B, Lq, dv)
         return (output, weights) if need_weights else output
+
+
+@quiet_when_traced
+def _check_attention(queries: Tensor, keys: Tensor, values: Tensor, need_weights: object) -> None:
+    """The checks of :meth:`DotProductAttention.forward` (valid_lens: in masked_softmax)."""
+    check_qkv(queries, keys, values)
+    check_bool(need_weights, "need_weights")
+    if queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(
+            "queries and keys must have the same feature size d, got "
+            f"{queries.shape[-1]} and {keys.shape[-1]}"
+        )
+    if queries.shape[-1] == 0:
+        raise ValueError("queries and keys must have at least one feature (d >= 1), got d = 0")

@@ -39,10 +39,15 @@ from mha_lib.multihead import MultiHeadAttention
 
 __all__ = [
     "MISTAKES",
+    "check_crossover_length",
     "check_dot_product_attention",
+    "check_longest_sequence",
     "check_masked_softmax",
+    "check_mean_entropy",
     "check_multihead_attention",
     "check_num_parameters",
+    "check_prune_heads",
+    "check_stiefel_dimension",
     "check_transpose_output",
     "check_transpose_qkv",
 ]
@@ -55,10 +60,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Mistake:
-    """A classic mistake: its name in plain words and how to find it in one's own code."""
+    """A classic mistake: its name in plain words and how to find it in one's own code.
+
+    ``convention`` marks a choice that is not wrong in itself but differs from the book's
+    specification (d2l.ai's uniform rows for valid length 0); the checker says so.
+    """
 
     title: str
     hint: str
+    convention: bool = False
 
 
 #: Every mistake a checker can name, keyed by ``(setting, wrong value)``. A *spec* is a dict of
@@ -74,6 +84,13 @@ MISTAKES: dict[tuple[str, str], Mistake] = {
         "mask off by one: one key too many is kept",
         "Key positions run from 0, so a valid length of 3 keeps keys 0, 1, 2. Look for `<=` "
         "where `<` belongs (or a `+ 1`) in the comparison that builds the mask.",
+    ),
+    ("mask", "after_softmax"): Mistake(
+        "masked after the softmax, without renormalising",
+        "Zeroing the padded keys' weights after the softmax leaves each row summing to less "
+        "than 1: the weight the padding received is lost, not given to the valid keys. Mask the "
+        "scores before the softmax (fill them with a very negative number), or divide each row "
+        "by its new sum.",
     ),
     ("mask", "one_less"): Mistake(
         "mask off by one: one key too few is kept",
@@ -98,10 +115,13 @@ MISTAKES: dict[tuple[str, str], Mistake] = {
         "(torch.finfo(X.dtype).min) and set such rows to zero afterwards.",
     ),
     ("empty", "uniform"): Mistake(
-        "a row with valid length 0 gets uniform weights instead of zeros",
-        "Filling masked scores with a finite number such as -1e6 turns a fully masked row into "
-        "a uniform average over all keys, padding included. In this book a query with valid "
-        "length 0 attends to nothing: multiply the weights by the mask so that row is all 0.",
+        "another convention for a row with valid length 0: uniform weights instead of zeros",
+        "Every row with at least one valid key is right. Filling masked scores with a finite "
+        "number such as -1e6, as d2l.ai's masked_softmax does, makes a fully masked row a "
+        "uniform average over all keys, padding included: that is d2l.ai's convention. This "
+        "book's convention is that a query with valid length 0 attends to nothing; to follow "
+        "it, multiply the weights by the mask so that row is all 0.",
+        convention=True,
     ),
     ("scale", "none"): Mistake(
         "missing 1/sqrt(d) scaling",
@@ -112,6 +132,12 @@ MISTAKES: dict[tuple[str, str], Mistake] = {
         "scaling by 1/d instead of 1/sqrt(d)",
         "Divide the scores by math.sqrt(d), not by d: the dot product of two random vectors "
         "with d unit-variance entries has standard deviation sqrt(d).",
+    ),
+    ("scale", "sqrt_Lk"): Mistake(
+        "scaling by 1/sqrt(Lk), the number of keys, instead of 1/sqrt(d)",
+        "The scale comes from the size of one dot product: d, the last axis of the queries "
+        "and keys (queries.shape[-1]), not the number of keys (keys.shape[1]). The variance of "
+        "a score grows with d, whatever the number of keys.",
     ),
     ("scale", "sqrt_D"): Mistake(
         "scaling by 1/sqrt(num_hiddens) instead of 1/sqrt(d)",
@@ -130,6 +156,25 @@ MISTAKES: dict[tuple[str, str], Mistake] = {
         "Reshaping (B, L, D) straight to (B*H, L, d) cuts the memory in the wrong places: one "
         "'head' then holds pieces of several positions. Reshape to (B, L, H, d), permute to "
         "(B, H, L, d), and only then merge B and H (and the reverse in transpose_output).",
+    ),
+    ("scores", "no_transpose"): Mistake(
+        "Q @ K without the transpose",
+        "The scores are Q K^T: (B, Lq, d) @ (B, d, Lk) -> (B, Lq, Lk). Multiplying by the keys "
+        "themselves, (B, Lk, d), fails as soon as Lk differs from d, and silently computes "
+        "something else when they happen to be equal. Use keys.transpose(-2, -1) (or keys.mT).",
+    ),
+    ("fold", "permute_0231"): Mistake(
+        "permute(0, 2, 3, 1) instead of permute(0, 2, 1, 3)",
+        "After reshaping (B, L, D) to (B, L, H, d), permute(0, 2, 1, 3) gives (B, H, L, d). "
+        "permute(0, 2, 3, 1) gives (B, H, d, L); the final reshape to (B*H, L, d) still "
+        "succeeds (L*d = d*L) but every row now mixes positions and features. Write the shape "
+        "after each step in a comment.",
+    ),
+    ("merge", "reshape"): Mistake(
+        "transpose_output as a plain reshape",
+        "(B*H, Lq, d) cannot go straight to (B, Lq, D) by reshape: the heads of one example sit "
+        "in consecutive rows, so a reshape glues positions of one head together. Reshape to "
+        "(B, H, Lq, d), permute to (B, Lq, H, d), then merge the last two axes.",
     ),
     ("fold", "head_major"): Mistake(
         "heads ordered head-major instead of batch-major",
@@ -173,7 +218,7 @@ MISTAKES: dict[tuple[str, str], Mistake] = {
 # Reference implementations of each mistake, built from mha_lib pieces
 # --------------------------------------------------------------------------------------------
 
-_MASK_SHIFT = {"right": 0, "one_more": 1, "one_less": -1}
+_MASK_SHIFT = {"right": 0, "one_more": 1, "one_less": -1, "after_softmax": 0}
 _SOFTMAX_DIM = {"right": -1, "queries": -2, "batch": 0}
 
 
@@ -193,8 +238,11 @@ def softmax_variant(X: Tensor, valid_lens: Tensor | None, spec: dict[str, str]) 
     if valid_lens is None or mask == "none":
         keep = torch.ones_like(X, dtype=torch.bool)
     else:
-        keep = keep_mask_from_valid_lens(valid_lens + _MASK_SHIFT[mask], Lq, Lk)  # (B, Lq, Lk)
+        shifted = (valid_lens + _MASK_SHIFT[mask]).clamp(0, Lk)  # past either end: same mask
+        keep = keep_mask_from_valid_lens(shifted, Lq, Lk)  # (B, Lq, Lk)
     empty = spec.get("empty", "zeros")
+    if mask == "after_softmax":
+        return torch.softmax(X, dim=_SOFTMAX_DIM[spec.get("axis", "right")]) * keep
     fill = {"zeros": torch.finfo(X.dtype).min, "nan": -math.inf, "uniform": -1e6}[empty]
     weights = torch.softmax(X.masked_fill(~keep, fill), dim=_SOFTMAX_DIM[spec.get("axis", "right")])
     return weights * keep if empty == "zeros" else weights
@@ -209,7 +257,7 @@ def attention_variant(queries, keys, values, valid_lens, spec: dict[str, str], n
     if not spec:
         return DotProductAttention(0.0)(queries, keys, values, valid_lens)
     d = queries.shape[-1]
-    divisor = {"right": math.sqrt(d), "none": 1.0, "d": float(d),
+    divisor = {"right": math.sqrt(d), "none": 1.0, "d": float(d), "sqrt_Lk": math.sqrt(keys.shape[1]),
                "sqrt_D": math.sqrt(num_hiddens or d)}[spec.get("scale", "right")]
     scores = torch.bmm(queries, keys.transpose(1, 2)) / divisor  # (B, Lq, Lk)
     return torch.bmm(softmax_variant(scores, valid_lens, spec), values)  # (B, Lq, dv)
@@ -228,6 +276,9 @@ def split_variant(X: Tensor, num_heads: int, spec: dict[str, str]) -> Tensor:
     H, d = num_heads, D // num_heads
     if fold == "no_permute":
         return X.reshape(B * H, L, d)  # (B, L, D) -> (B*H, L, d), positions mixed with heads
+    if fold == "permute_0231":
+        # (B, L, D) -> (B, L, H, d) -> (B, H, d, L), read as (B*H, L, d)
+        return X.reshape(B, L, H, d).permute(0, 2, 3, 1).reshape(B * H, L, d)
     if split == "interleaved":
         X = X.reshape(B, L, d, H).transpose(2, 3)  # (B, L, D) -> (B, L, d, H) -> (B, L, H, d)
     else:
@@ -238,17 +289,20 @@ def split_variant(X: Tensor, num_heads: int, spec: dict[str, str]) -> Tensor:
 
 
 def merge_variant(X: Tensor, num_heads: int, spec: dict[str, str]) -> Tensor:
-    """``transpose_output`` with the mistakes of ``spec`` (settings ``fold``, ``split``).
+    """``transpose_output`` with the mistakes of ``spec`` (settings ``fold``, ``split``, ``merge``).
 
     Shapes:
         X: (B*H, L, d) -> (B, L, D)
     """
     fold, split = spec.get("fold", "right"), spec.get("split", "right")
-    if fold == "right" and split == "right":
+    if fold == "permute_0231":  # a mistake of transpose_qkv; on the way back it is "interleaved"
+        fold = "right"
+    plain_reshape = spec.get("merge") == "reshape"
+    if fold == "right" and split == "right" and not plain_reshape:
         return transpose_output(X, num_heads)
     BH, L, d = X.shape
     H, B = num_heads, BH // num_heads
-    if fold == "no_permute":
+    if fold == "no_permute" or plain_reshape:
         return X.reshape(B, L, H * d)  # (B*H, L, d) -> (B, L, D), positions mixed with heads
     if fold == "head_major":
         X = X.reshape(H, B, L, d).permute(1, 2, 0, 3)  # (H*B, L, d) -> (H, B, L, d) -> (B, L, H, d)
@@ -307,9 +361,12 @@ class _Case:
     run_student: Callable[..., object]
     variant: Callable[[dict], Tensor]
     inputs: tuple = ()
+    exact: bool = False  # integer answers: compare exactly, not to a relative tolerance
 
 
-def _close(a: Tensor, b: Tensor) -> bool:
+def _close(a: Tensor, b: Tensor, exact: bool = False) -> bool:
+    if exact:
+        return a.shape == b.shape and torch.equal(a, b)
     return a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
 
 
@@ -338,7 +395,8 @@ def _diagnose(cases, outputs, settings) -> list[dict]:
     for spec in _specs(settings):
         if found and len(spec) > len(found[0]):
             break
-        if all(_close(outputs[i], case.variant(spec)) for i, case in enumerate(cases) if i in outputs):
+        if all(_close(outputs[i], case.variant(spec), case.exact)
+               for i, case in enumerate(cases) if i in outputs):
             found.append(spec)
     return found
 
@@ -352,8 +410,20 @@ def _describe_spec(spec: dict) -> list[str]:
     return lines
 
 
+_MATMUL_ERRORS = ("batch2", "cannot be multiplied", "size mismatch", "does not broadcast")
+
+
+def _matmul_crash_hint(message: str) -> list[str]:
+    """A matrix product with mismatched sizes in attention code is usually Q @ K."""
+    if not any(pattern in message for pattern in _MATMUL_ERRORS):
+        return []
+    return ["  A matrix product got sizes that do not fit. If it is the scores:"] + _describe_spec(
+        {"scores": "no_transpose"})
+
+
 def _run_checker(name: str, cases: list[_Case], settings: dict[str, tuple[str, ...]],
-                 general_hint: str, shape_hint: Callable[[tuple, tuple], str] | None = None) -> bool:
+                 general_hint: str, shape_hint: Callable[[tuple, tuple], str] | None = None,
+                 crash_hint: Callable[[str], list[str]] | None = None) -> bool:
     """Run every case, print the verdict (and the diagnosis), return whether all passed."""
     outputs: dict[int, Tensor] = {}
     problems: list[str] = []
@@ -370,6 +440,9 @@ def _run_checker(name: str, cases: list[_Case], settings: dict[str, tuple[str, .
             return False
         except _Crash as err:
             problems.append(f"- on the case '{case.description}' your code raised {err}")
+            hint = crash_hint(str(err)) if crash_hint else []
+            if hint and not any(line in problems for line in hint):
+                problems += hint
             continue
         if any(not torch.equal(x, y) for x, y in zip(copies, case.inputs)) and not in_place:
             in_place = True
@@ -392,7 +465,7 @@ def _run_checker(name: str, cases: list[_Case], settings: dict[str, tuple[str, .
         outputs[i] = out
         if torch.isnan(out).any() and not torch.isnan(expected).any():
             nan_cases.append(i)
-        if not _close(out, expected):
+        if not _close(out, expected, case.exact):
             differ.append(case.description)
     if not problems and not differ:
         print(f"{name}: all {len(cases)} cases pass.")
@@ -410,6 +483,9 @@ def _run_checker(name: str, cases: list[_Case], settings: dict[str, tuple[str, .
             if specs:
                 lines.append(f"  (what follows explains the case '{differ[0]}'; the other "
                              "cases may hide one more mistake)")
+        if specs and not problems and all(MISTAKES[key].convention for spec in specs
+                                           for key in spec.items()):
+            lines[0] = f"{name}: not a bug, another convention than this book's."
         if specs:
             lines.append("What it looks like" + (" (one of these):" if len(specs) > 1 else ":"))
             for spec in specs:
@@ -440,7 +516,7 @@ def _lens(values) -> Tensor:
 # --------------------------------------------------------------------------------------------
 
 _SOFTMAX_SETTINGS = {
-    "mask": ("none", "one_more", "one_less"),
+    "mask": ("none", "one_more", "one_less", "after_softmax"),
     "axis": ("queries", "batch"),
     "empty": ("nan", "uniform"),
 }
@@ -475,7 +551,8 @@ def check_masked_softmax(fn: Callable) -> bool:
     Shapes:
         X: (B, Lq, Lk); valid_lens: None, (B,) or (B, Lq); returns (B, Lq, Lk).
 
-    Catches: no masking, a mask off by one, softmax over the wrong axis, NaN or uniform weights
+    Catches: no masking, a mask off by one, masking after the softmax without renormalising,
+    softmax over the wrong axis, NaN or (d2l.ai's convention) uniform weights
     on a row with valid length 0, overflow on large scores, modifying X in place.
 
     Returns:
@@ -495,8 +572,8 @@ def check_dot_product_attention(fn: Callable) -> bool:
         queries: (B, Lq, d); keys: (B, Lk, d); values: (B, Lk, dv); valid_lens: None, (B,) or
         (B, Lq); returns (B, Lq, dv).
 
-    Catches the masking mistakes of :func:`check_masked_softmax`, a missing 1/sqrt(d) scaling
-    and a scaling by 1/d.
+    Catches the masking mistakes of :func:`check_masked_softmax`, a missing 1/sqrt(d) scaling,
+    a scaling by 1/d or by 1/sqrt(Lk), and ``Q @ K`` without the transpose (Lk differs from d).
     """
     g = _seeded(1)
     setups = [
@@ -506,8 +583,8 @@ def check_dot_product_attention(fn: Callable) -> bool:
     ]
     cases = []
     for description, B, lens in setups:
-        q, k, v = (torch.randn(B, 3, 4, generator=g), torch.randn(B, 4, 4, generator=g),
-                   torch.randn(B, 4, 3, generator=g))  # Lq=3, Lk=4, d=4, dv=3
+        q, k, v = (torch.randn(B, 3, 4, generator=g), torch.randn(B, 5, 4, generator=g),
+                   torch.randn(B, 5, 3, generator=g))  # Lq=3, Lk=5, d=4, dv=3: all different
         lens = None if lens is None else _lens(lens)
         cases.append(_Case(
             description,
@@ -516,10 +593,11 @@ def check_dot_product_attention(fn: Callable) -> bool:
             variant=lambda spec, q=q, k=k, v=v, lens=lens: attention_variant(q, k, v, lens, spec),
             inputs=(q, k, v),
         ))
-    settings = dict(_SOFTMAX_SETTINGS, scale=("none", "d"))
+    settings = dict(_SOFTMAX_SETTINGS, scale=("none", "d", "sqrt_Lk"))
     return _run_checker("check_dot_product_attention", cases, settings,
                         "Compute scores = Q K^T / sqrt(d), weights = masked_softmax(scores, "
-                        "valid_lens), output = weights V, and compare each step with yours.")
+                        "valid_lens), output = weights V, and compare each step with yours.",
+                        crash_hint=_matmul_crash_hint)
 
 
 def _transpose_cases(call: Callable, qkv: bool) -> list[_Case]:
@@ -538,7 +616,7 @@ def _transpose_cases(call: Callable, qkv: bool) -> list[_Case]:
     return cases
 
 
-_TRANSPOSE_SETTINGS = {"fold": ("no_permute", "head_major"), "split": ("interleaved",)}
+_TRANSPOSE_SETTINGS = {"fold": ("no_permute", "head_major", "permute_0231"), "split": ("interleaved",)}
 
 
 def _transpose_shape_hint(got: tuple, expected: tuple) -> str:
@@ -556,7 +634,8 @@ def check_transpose_qkv(fn: Callable) -> bool:
     Shapes:
         X: (B, L, D) -> (B*H, L, d), row ``b*H + h`` = head ``h`` of example ``b``.
 
-    Catches: a reshape without the permute, head-major order, heads made of every H-th feature,
+    Catches: a reshape without the permute, ``permute(0, 2, 3, 1)``, head-major order, heads made
+    of every H-th feature,
     a wrong output shape.
     """
     cases = _transpose_cases(lambda X, H: _call(fn, X, H), qkv=True)
@@ -582,9 +661,10 @@ def check_transpose_output(fn: Callable) -> bool:
 
 _MHA_SETTINGS = dict(
     _SOFTMAX_SETTINGS,
-    scale=("none", "d", "sqrt_D"),
+    scale=("none", "d", "sqrt_D", "sqrt_Lk"),
     lens=("repeat",),
-    fold=("no_permute", "head_major"),
+    fold=("no_permute", "head_major", "permute_0231"),
+    merge=("reshape",),
     split=("interleaved",),
     W_o=("skip",),
 )
@@ -648,9 +728,11 @@ def check_multihead_attention(cls: type) -> bool:
         queries (B, Lq, query_size), keys (B, Lk, key_size), values (B, Lk, value_size),
         valid_lens None, (B,) or (B, Lq) -> output (B, Lq, num_hiddens).
 
-    Catches: every masking mistake, a missing or wrong scaling, ``repeat`` instead of
-    ``repeat_interleave``, a reshape without the permute, head-major order, interleaved heads,
-    a forgotten ``W_o``, swapped constructor sizes, an ignored ``bias``.
+    Catches: every masking mistake, a missing or wrong scaling (1/d, 1/sqrt(D), 1/sqrt(Lk)),
+    ``Q @ K`` without the transpose, ``repeat`` instead of ``repeat_interleave``, a reshape
+    without the permute, ``permute(0, 2, 3, 1)``, ``transpose_output`` as a plain reshape,
+    head-major order, interleaved heads, a forgotten ``W_o``, swapped constructor sizes, an
+    ignored ``bias``.
     """
     name = getattr(cls, "__name__", "cls")
     cases: list[_Case] = []
@@ -671,7 +753,7 @@ def check_multihead_attention(cls: type) -> bool:
         obj, ref = built
         key_size, query_size, value_size, _, H, _ = config
         g = _seeded(2)
-        B, Lq, Lk = 3, 2, 4  # B differs from H, Lq from Lk
+        B, Lq, Lk = 3, 2, 5  # B differs from H, Lq from Lk, Lk from d and D
         setups = [
             ("no valid lengths", None),
             ("one valid length per example, shape (B,)", [2, 3, 1]),
@@ -698,7 +780,8 @@ def check_multihead_attention(cls: type) -> bool:
         return False
     return _run_checker("check_multihead_attention", cases, _MHA_SETTINGS,
                         "Compare step by step with mha_lib.MultiHeadAttention (same weights): "
-                        "the projections, transpose_qkv, the attention, transpose_output, W_o.")
+                        "the projections, transpose_qkv, the attention, transpose_output, W_o.",
+                        crash_hint=_matmul_crash_hint)
 
 
 def num_parameters_variant(query_size, key_size, value_size, num_hiddens, num_heads, bias,
@@ -743,3 +826,254 @@ def check_num_parameters(fn: Callable) -> bool:
     settings = {"params": ("no_W_o", "per_head"), "bias": ("ignored", "always")}
     return _run_checker("check_num_parameters", cases, settings,
                         "Compare with sum(p.numel() for p in MultiHeadAttention(...).parameters()).")
+
+
+# --------------------------------------------------------------------------------------------
+# Checkers for the exercises of chapters 4-7
+# --------------------------------------------------------------------------------------------
+
+MISTAKES.update({
+    ("entropy", "nan"): Mistake(
+        "NaN from 0 * log(0) on masked keys",
+        "A masked key has weight exactly 0, and w * torch.log(w) is then 0 * (-inf) = NaN. By "
+        "convention 0 log 0 = 0: use torch.xlogy(w, w), or torch.special.entr(w).",
+    ),
+    ("entropy", "log2"): Mistake(
+        "entropy in bits (log2) instead of nats (natural log)",
+        "The exercise compares with log 6, the natural logarithm: use torch.log (or xlogy), "
+        "not torch.log2.",
+    ),
+    ("entropy", "sign"): Mistake(
+        "the minus sign is missing",
+        "Entropy is -sum w log w; every log w <= 0, so without the minus the result is negative.",
+    ),
+    ("entropy", "queries"): Mistake(
+        "summed over the queries instead of over the keys",
+        "Each row (one query, over the keys) is a distribution: sum over the last axis "
+        "(dim=-1), then average the rows of each head (dim=-1 of the result).",
+    ),
+    ("stiefel", "d_squared"): Mistake(
+        "d*d constraints instead of d(d+1)/2",
+        "P^T P = I is a symmetric d x d equation: entry (i, j) and entry (j, i) are the same "
+        "equation, so only d(d+1)/2 of the d*d entries constrain P.",
+    ),
+    ("stiefel", "antisymmetric"): Mistake(
+        "d(d-1)/2 constraints instead of d(d+1)/2",
+        "d(d-1)/2 is the dimension of the orthogonal group (the off-diagonal equations only). "
+        "The diagonal equations |p_i| = 1 constrain P too: d(d+1)/2 in all.",
+    ),
+    ("stiefel", "free"): Mistake(
+        "no constraint counted: N*d",
+        "N*d is the size of an unconstrained N x d matrix. The rank of the Jacobian of the "
+        "parametrization is smaller, because the map lands on the manifold P^T P = I.",
+    ),
+    ("crossover", "half"): Mistake(
+        "L = D: only two of the four projections counted",
+        "Self-attention has four D x D projections (W_q, W_k, W_v on L tokens each, W_o on the "
+        "L outputs), 8 L D^2 FLOPs in all, against 4 L^2 D for the scores and the weighted sum.",
+    ),
+    ("crossover", "double"): Mistake(
+        "L = 4D: only the scores counted, not the weighted sum",
+        "The attention part is two matrix products of the same size, the scores Q K^T and the "
+        "weighted sum of the values: 2 L^2 D FLOPs each, 4 L^2 D together.",
+    ),
+    ("crossover", "strict"): Mistake(
+        "one too many: attention must *reach* the projections, not exceed them",
+        "The smallest L with 4 L^2 D >= 8 L D^2 is L = 2D itself (equality counts).",
+    ),
+    ("memory", "no_bytes"): Mistake(
+        "counted weights, not bytes",
+        "Each float32 weight takes 4 bytes: B * H * L * L * 4 <= budget.",
+    ),
+    ("memory", "float64"): Mistake(
+        "8 bytes per weight: float64 instead of float32",
+        "The weights are float32: 4 bytes each.",
+    ),
+    ("memory", "float_sqrt"): Mistake(
+        "int(math.sqrt(...)) rounds up for large numbers",
+        "A float has 53 bits of mantissa: for budgets around 10^16 math.sqrt can return the "
+        "next integer. math.isqrt computes the exact floor of the square root.",
+    ),
+    ("prune", "kept_listed"): Mistake(
+        "kept the listed heads instead of removing them",
+        "`heads` lists the heads to remove: keep every head h that is *not* in the list.",
+    ),
+    ("prune", "interleaved"): Mistake(
+        "head h's rows taken as h, h + H, h + 2H, ... instead of the block h*d .. h*d + d - 1",
+        "transpose_qkv gives head h the d consecutive features h*d, ..., h*d + d - 1: keep "
+        "those rows of W_q, W_k, W_v and those columns of W_o.",
+    ),
+})
+
+
+def _int_output(fn: Callable, *args) -> Tensor:
+    out = _call(fn, *args)
+    return torch.tensor(float(out), dtype=torch.float64) if isinstance(out, (int, float)) else out
+
+
+def _scalar_cases(fn: Callable, configs, describe: str, variant: Callable) -> list[_Case]:
+    return [_Case(describe.format(*config),
+                  run_student=lambda config=config: _int_output(fn, *config),
+                  variant=lambda spec, config=config: torch.tensor(float(variant(*config, spec)),
+                                                                   dtype=torch.float64),
+                  exact=True)
+            for config in configs]
+
+
+def mean_entropy_variant(w: Tensor, spec: dict[str, str]) -> Tensor:
+    """Mean row entropy per head of weights (H, Lq, Lk) -> (H,), with the mistakes of ``spec``."""
+    log = {"nan": torch.log(w), "log2": torch.log2(w)}.get(spec.get("entropy"))
+    terms = torch.xlogy(w, w) if log is None else w * log  # (H, Lq, Lk)
+    if spec.get("entropy") == "queries":
+        rows = terms.sum(-2)  # (H, Lk): the wrong axis
+    else:
+        rows = terms.sum(-1)  # (H, Lq)
+    return (rows.mean(-1) if spec.get("entropy") == "sign" else -rows.mean(-1))  # (H,)
+
+
+def check_mean_entropy(fn: Callable) -> bool:
+    """Check ``fn(w)``: the mean row entropy of each head, for weights (H, Lq, Lk) -> (H,).
+
+    Chapter 4's exercise ``ex-04-entropy``. Masked keys have weight 0 and count 0 log 0 = 0.
+
+    Catches: NaN from 0 log 0, log2 instead of the natural log, a missing minus sign, the sum
+    over the queries instead of the keys.
+    """
+    g = _seeded(4)
+    cases = []
+    for description, H, Lq, Lk, lens in (("3 heads, no masked key", 3, 4, 5, [5, 5, 5, 5]),
+                                         ("2 heads, masked keys (weight 0)", 2, 3, 6, [6, 2, 4])):
+        scores = torch.randn(1, H * Lq, Lk, generator=g)
+        lens = torch.tensor(lens).repeat(H)[None]  # (1, H*Lq): one valid length per query
+        w = masked_softmax(scores, lens).reshape(H, Lq, Lk)  # (H, Lq, Lk)
+        cases.append(_Case(description, run_student=lambda w: _call(fn, w),
+                           variant=lambda spec, w=w: mean_entropy_variant(w, spec), inputs=(w,)))
+    return _run_checker("check_mean_entropy", cases,
+                        {"entropy": ("nan", "log2", "sign", "queries")},
+                        "Compute -(torch.xlogy(w, w)).sum(-1).mean(-1) by hand on one head.")
+
+
+def stiefel_dimension_variant(N: int, d: int, spec: dict[str, str]) -> int:
+    """N*d minus the number of independent equations of P^T P = I (with ``spec``'s mistake)."""
+    constraints = {"d_squared": d * d, "antisymmetric": d * (d - 1) // 2, "free": 0}
+    return N * d - constraints.get(spec.get("stiefel"), d * (d + 1) // 2)
+
+
+def check_stiefel_dimension(fn: Callable) -> bool:
+    """Check ``fn(N, d) -> int``, the dimension of the Stiefel manifold St(d, N).
+
+    Chapter 5's exercise ``ex-05-stiefel-dimension``: the answer is N d - d(d+1)/2.
+
+    Catches: d*d or d(d-1)/2 constraints instead of d(d+1)/2, no constraint at all.
+    """
+    cases = _scalar_cases(fn, ((6, 2), (5, 1), (4, 4), (6, 3)), "N={}, d={}",
+                          stiefel_dimension_variant)
+    return _run_checker("check_stiefel_dimension", cases,
+                        {"stiefel": ("d_squared", "antisymmetric", "free")},
+                        "Count the entries of P (N*d) and the independent equations of P^T P = I.")
+
+
+def crossover_length_variant(D: int, spec: dict[str, str]) -> int:
+    """Smallest L with 4 L^2 D >= 8 L D^2 (self-attention), i.e. 2D, or ``spec``'s mistake."""
+    return {"half": D, "double": 4 * D, "strict": 2 * D + 1}.get(spec.get("crossover"), 2 * D)
+
+
+def check_crossover_length(fn: Callable) -> bool:
+    """Check ``fn(D) -> int``: the smallest self-attention length L at which the scores and the
+    weighted sum cost as many FLOPs as the four projections (chapter 6, ``ex-06-crossover``).
+
+    Catches: two projections instead of four, the weighted sum forgotten, a strict inequality.
+    """
+    cases = _scalar_cases(fn, ((1,), (8,), (64,), (100,)), "D={}", crossover_length_variant)
+    return _run_checker("check_crossover_length", cases,
+                        {"crossover": ("half", "double", "strict")},
+                        "Write both FLOP counts for L = Lq = Lk and solve 4 L^2 D >= 8 L D^2.")
+
+
+def longest_sequence_variant(budget: int, B: int, H: int, spec: dict[str, str]) -> int:
+    """Largest L with B*H*L*L*4 <= budget (float32 weights), or ``spec``'s mistake."""
+    mistake = spec.get("memory")
+    if mistake == "float_sqrt":
+        return int(math.sqrt(budget / (4 * B * H)))
+    per_weight = {"no_bytes": 1, "float64": 8}.get(mistake, 4)
+    return math.isqrt(budget // (per_weight * B * H))
+
+
+def check_longest_sequence(fn: Callable) -> bool:
+    """Check ``fn(budget, B, H) -> int``: the longest self-attention length whose float32
+    weights (B, H, L, L) fit in ``budget`` bytes (chapter 6, ``ex-06-budget``).
+
+    Catches: weights counted instead of bytes, 8 bytes per weight, float rounding of the
+    square root for large budgets.
+    """
+    big = 4 * ((10**8 + 1) ** 2 - 1)  # the exact answer is 10**8; a float sqrt says 10**8 + 1
+    configs = ((2**30, 16, 8), (10**9, 3, 5), (4 * 7 * 9, 7, 1), (1, 1, 1), (big, 1, 1))
+    cases = _scalar_cases(fn, configs, "budget={}, B={}, H={}", longest_sequence_variant)
+    return _run_checker("check_longest_sequence", cases,
+                        {"memory": ("no_bytes", "float64", "float_sqrt")},
+                        "Solve B * H * L * L * 4 <= budget for the largest integer L.")
+
+
+def _pruned_by_rows(mha: MultiHeadAttention, rows: list[int], num_heads: int) -> nn.Module:
+    """A copy of ``mha`` (no biases) keeping the given feature rows: (H'*d) rows, H' heads."""
+    new = MultiHeadAttention(mha.W_k.in_features, mha.W_q.in_features, mha.W_v.in_features,
+                             num_hiddens=len(rows), num_heads=num_heads, dropout=0.0).eval()
+    new.W_o = nn.Linear(len(rows), mha.W_o.out_features, bias=False)
+    with torch.no_grad():
+        for name in ("W_q", "W_k", "W_v"):
+            getattr(new, name).weight.copy_(getattr(mha, name).weight[rows])  # (H'*d, in)
+        new.W_o.weight.copy_(mha.W_o.weight[:, rows])  # (D, H'*d)
+    return new
+
+
+def prune_heads_variant(mha, heads, x, lens, spec: dict[str, str]) -> Tensor:
+    """Output on ``x`` of ``mha`` without ``heads`` (gated to 0), or with ``spec``'s mistake."""
+    H, d = mha.num_heads, mha.head_size
+    removed = [h for h in range(H) if h not in heads] if spec.get("prune") == "kept_listed" else heads
+    with torch.no_grad():
+        if spec.get("prune") == "interleaved":
+            kept = [h for h in range(H) if h not in heads]
+            rows = [i * H + h for h in kept for i in range(d)]  # every H-th feature
+            return _pruned_by_rows(mha, rows, len(kept))(x, x, x, lens)
+        gates = torch.ones(H)
+        gates[list(removed)] = 0.0
+        return mha(x, x, x, lens, head_mask=gates)  # (B, L, D)
+
+
+def check_prune_heads(fn: Callable) -> bool:
+    """Check ``fn(mha, heads)``: a smaller ``MultiHeadAttention`` without the listed heads,
+    equal to ``mha`` with those heads gated to 0 (chapter 7, ``ex-07-prune``; no biases).
+
+    Catches: keeping the listed heads instead of removing them, rows of every H-th feature
+    instead of a block of d, W_o's rows instead of its columns (a shape error), a wrong
+    number of heads.
+    """
+    torch.manual_seed(5)
+    mha = MultiHeadAttention(6, 6, 6, num_hiddens=12, num_heads=4, dropout=0.0).eval()
+    x, lens = torch.randn(2, 5, 6, generator=_seeded(5)), _lens([5, 3])
+    cases = []
+    for heads in ([0], [1, 3], [0, 1, 2]):
+        def run(heads=heads):
+            pruned = _call(fn, mha, list(heads))
+            if not isinstance(pruned, nn.Module):
+                return pruned
+            expected = mha.num_heads - len(heads)
+            if getattr(pruned, "num_heads", expected) != expected:
+                raise _Crash(f"no error, but the result has num_heads = {pruned.num_heads}; "
+                             f"removing {len(heads)} of {mha.num_heads} heads leaves {expected}")
+            with torch.no_grad():
+                return _call(pruned.eval(), x, x, x, lens)
+
+        cases.append(_Case(f"removing heads {heads}", run_student=run,
+                           variant=lambda spec, heads=heads: prune_heads_variant(
+                               mha, heads, x, lens, spec)))
+
+    def crash_hint(message: str) -> list[str]:
+        if any(pattern in message for pattern in _MATMUL_ERRORS + ("size of tensor", "shape")):
+            return ["  The heads are W_o's *input* features: keep its columns, "
+                    "W_o.weight[:, rows], since nn.Linear stores (out_features, in_features)."]
+        return []
+
+    return _run_checker("check_prune_heads", cases, {"prune": ("kept_listed", "interleaved")},
+                        "Compare with mha(x, x, x, valid_lens, head_mask=gates), the gates 0 at "
+                        "the removed heads.", crash_hint=crash_hint)

@@ -14,13 +14,16 @@ Shape legend
 The heads fold into the batch axis so that one batched matrix product computes every head of
 every example at once. Row ``b*H + h`` of the folded tensor holds head ``h`` of example ``b``
 (batch-major), which is why valid lengths are repeated with ``repeat_interleave``.
+
+Every function raises a ``ValueError`` for a tensor that is not floating-point or has the wrong
+number of dimensions, and for a head count that is not an integer >= 1 dividing its axis.
 """
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib._checks import check_positive_int, check_tensor, quiet_when_traced
 
 
 def split_heads(X: Tensor, num_heads: int) -> Tensor:
@@ -29,17 +32,9 @@ def split_heads(X: Tensor, num_heads: int) -> Tensor:
     Shapes:
         X: (B, L, D) with D = H*d
         returns: (B, H, L, d), a view of X (no copy)
-
-    Raises:
-        ValueError: X not 3-D, num_heads < 1, or D not divisible by num_heads.
     """
-    check_tensor(X, "X", 3)
-    H = check_positive_int(num_heads, "num_heads")
+    H = _check_divides(X, 3, -1, num_heads, "the feature size of X")
     B, L, D = X.shape
-    if D % H:
-        raise ValueError(
-            f"the feature size of X ({D}) must be divisible by num_heads ({H})"
-        )
     X = X.reshape(B, L, H, D // H)  # (B, L, D) -> (B, L, H, d)
     return X.permute(0, 2, 1, 3)  # (B, L, H, d) -> (B, H, L, d)
 
@@ -50,12 +45,8 @@ def merge_heads(X: Tensor) -> Tensor:
     Shapes:
         X: (B, H, L, d)
         returns: (B, L, D) with D = H*d
-
-    Raises:
-        ValueError: X not 4-D.
     """
-    check_tensor(X, "X", 4)
-    B, H, L, d = X.shape
+    B, H, L, d = check_tensor(X, "X", 4).shape
     X = X.permute(0, 2, 1, 3)  # (B, H, L, d) -> (B, L, H, d)
     return X.reshape(B, L, H * d)  # (B, L, H, d) -> (B, L, D)
 
@@ -64,15 +55,8 @@ def transpose_qkv(X: Tensor, num_heads: int) -> Tensor:
     """Split the last axis into heads and fold the heads into the batch axis.
 
     Shapes:
-        X: (B, L, D) with D = H*d
+        X: (B, L, D) with D = H*d, projected queries, keys or values
         returns: (B*H, L, d); row ``b*H + h`` is head ``h`` of example ``b``
-
-    Args:
-        X: projected queries, keys or values.
-        num_heads: H; must divide D.
-
-    Raises:
-        ValueError: X not 3-D, num_heads < 1, or D not divisible by num_heads.
     """
     X = split_heads(X, num_heads)  # (B, L, D) -> (B, L, H, d) -> (B, H, L, d)
     B, H, L, d = X.shape
@@ -85,16 +69,18 @@ def transpose_output(X: Tensor, num_heads: int) -> Tensor:
     Shapes:
         X: (B*H, L, d)
         returns: (B, L, D) with D = H*d
-
-    Raises:
-        ValueError: X not 3-D, num_heads < 1, or the first axis not divisible by num_heads.
     """
-    check_tensor(X, "X", 3)
-    H = check_positive_int(num_heads, "num_heads")
+    H = _check_divides(X, 3, 0, num_heads, "the first axis of X")
     BH, L, d = X.shape
-    if BH % H:
-        raise ValueError(
-            f"the first axis of X ({BH}) must be B*num_heads, divisible by num_heads ({H})"
-        )
     X = X.reshape(BH // H, H, L, d)  # (B*H, L, d) -> (B, H, L, d)
     return merge_heads(X)  # (B, H, L, d) -> (B, L, H, d) -> (B, L, D)
+
+
+@quiet_when_traced
+def _check_divides(X: object, ndim: int, axis: int, num_heads: object, what: str) -> int:
+    """Check X (floating point, ``ndim`` dimensions) and that num_heads divides its ``axis``."""
+    check_tensor(X, "X", ndim)
+    H = check_positive_int(num_heads, "num_heads")
+    if X.shape[axis] % H:
+        raise ValueError(f"{what} ({X.shape[axis]}) must be divisible by num_heads ({H})")
+    return H

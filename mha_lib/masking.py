@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib._checks import check_bool, check_size, check_tensor, quiet_when_traced, tracing
 
 
 def check_valid_lens(
@@ -36,7 +36,8 @@ def check_valid_lens(
     """Validate valid lengths and return them as an integer tensor.
 
     Args:
-        valid_lens: None, shape (B,) or (B, Lq); integers or whole-number floats in [0, Lk].
+        valid_lens: None, shape (B,) or (B, Lq); integers (any integer dtype) or whole-number
+            floats in [0, Lk].
         batch_size: B.
         num_queries: Lq.
         num_keys: Lk.
@@ -45,9 +46,12 @@ def check_valid_lens(
         None, or a ``torch.long`` tensor of shape (B,) or (B, Lq).
 
     Raises:
-        ValueError: wrong number of dimensions, wrong batch size or shape, an entry that is
-            negative, not a whole number, or larger than Lk.
+        ValueError: wrong type, dtype, number of dimensions, batch size or shape, an entry that
+            is negative, not a whole number, or larger than Lk.
     """
+    if not tracing():  # torch.jit.trace hands sizes over as tensors
+        for value, name in ((batch_size, "batch_size"), (num_queries, "num_queries"), (num_keys, "num_keys")):
+            check_size(value, name)
     if valid_lens is None:
         return None
     if not isinstance(valid_lens, Tensor):
@@ -56,7 +60,9 @@ def check_valid_lens(
         except (TypeError, ValueError, RuntimeError) as err:
             raise ValueError(f"valid_lens must be a tensor or a list of numbers: {err}") from None
     if valid_lens.dtype == torch.bool or valid_lens.is_complex():
-        raise ValueError(f"valid_lens must hold integers or whole-number floats, got {valid_lens.dtype}")
+        raise ValueError(
+            f"valid_lens must hold integers or whole-number floats, got dtype {valid_lens.dtype}"
+        )
     if valid_lens.dim() not in (1, 2):
         raise ValueError(
             "valid_lens must have shape (B,) or (B, Lq), "
@@ -71,6 +77,13 @@ def check_valid_lens(
             f"valid_lens of shape {tuple(valid_lens.shape)} must be (B, Lq) = "
             f"({batch_size}, {num_queries}): {valid_lens.shape[1]} columns but {num_queries} queries"
         )
+    if not tracing():  # value checks need the data (see mha_lib._checks.tracing)
+        _check_valid_len_values(valid_lens, num_keys)
+    return valid_lens.long()
+
+
+def _check_valid_len_values(valid_lens: Tensor, num_keys: int) -> None:
+    """Raise unless every entry is a whole number in [0, Lk] (the checks that read values)."""
     if valid_lens.is_floating_point():
         if not torch.isfinite(valid_lens).all() or (valid_lens != valid_lens.round()).any():
             raise ValueError(f"valid_lens must be whole numbers, got {valid_lens.tolist()}")
@@ -81,32 +94,47 @@ def check_valid_lens(
             f"valid_lens must be <= the number of key-value pairs Lk = {num_keys}, "
             f"got {valid_lens.tolist()}"
         )
-    return valid_lens.long()
 
 
-def keep_mask_from_valid_lens(valid_lens: Tensor, num_queries: int, num_keys: int) -> Tensor:
-    """Boolean mask, ``True`` = may attend, from checked valid lengths.
+def keep_mask_from_valid_lens(
+    valid_lens: Tensor | Sequence[float], num_queries: int, num_keys: int
+) -> Tensor:
+    """Boolean mask, ``True`` = may attend, from valid lengths.
 
     Args:
-        valid_lens: (B,) or (B, Lq), as returned by :func:`check_valid_lens`.
-        num_queries: Lq.
+        valid_lens: (B,) or (B, Lq), checked by :func:`check_valid_lens`.
+        num_queries: Lq (1 gives a (B, 1, Lk) mask that broadcasts over the queries when the
+            lengths are per example).
         num_keys: Lk.
 
     Returns:
         (B, Lq, Lk) bool: ``mask[b, i, j] = j < valid_lens[b(, i)]``.
+
+    Raises:
+        ValueError: as :func:`check_valid_lens`; per-query lengths (B, Lq) with another Lq.
     """
+    valid_lens = check_valid_lens(valid_lens, _rows(valid_lens), num_queries, num_keys)
     if valid_lens.dim() == 1:
         valid_lens = valid_lens[:, None].expand(-1, num_queries)  # (B,) -> (B, Lq)
     positions = torch.arange(num_keys, device=valid_lens.device)  # (Lk,)
     return positions < valid_lens[:, :, None]  # (B, Lq, 1) vs (Lk,) -> (B, Lq, Lk)
 
 
-def padding_mask_from_valid_lens(valid_lens: Tensor, num_keys: int) -> Tensor:
+def padding_mask_from_valid_lens(valid_lens: Tensor | Sequence[float], num_keys: int) -> Tensor:
     """``key_padding_mask`` of ``nn.MultiheadAttention`` (``True`` = masked) from (B,) lengths.
 
     Returns:
         (B, Lk) bool: ``mask[b, j] = j >= valid_lens[b]``.
+
+    Raises:
+        ValueError: as :func:`check_valid_lens`, or lengths that are not one per example (B,).
     """
+    if isinstance(valid_lens, Tensor) and valid_lens.dim() != 1:
+        raise ValueError(
+            "a key padding mask holds one length per example: valid_lens must have shape (B,), "
+            f"got {tuple(valid_lens.shape)}"
+        )
+    valid_lens = check_valid_lens(valid_lens, _rows(valid_lens), 1, num_keys)
     if valid_lens.dim() != 1:
         raise ValueError(
             "a key padding mask holds one length per example: valid_lens must have shape (B,), "
@@ -115,14 +143,47 @@ def padding_mask_from_valid_lens(valid_lens: Tensor, num_keys: int) -> Tensor:
     return torch.arange(num_keys, device=valid_lens.device) >= valid_lens[:, None]
 
 
+def _rows(valid_lens: object) -> int:
+    """The batch size valid lengths claim (their first axis), for converters that take no B."""
+    if valid_lens is None:
+        raise ValueError("valid_lens must be a tensor or a list of numbers, got None")
+    shape = getattr(valid_lens, "shape", None)
+    if shape is None:
+        try:
+            shape = torch.as_tensor(valid_lens).shape
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"valid_lens must be a tensor or a list of numbers: {err}") from None
+    if len(shape) == 0:
+        raise ValueError("valid_lens must have shape (B,) or (B, Lq), got a scalar")
+    return shape[0]
+
+
 def keep_to_padding(mask: Tensor) -> Tensor:
-    """Convert a keep mask (``True`` = may attend) to a padding mask (``True`` = masked)."""
-    return ~mask
+    """Convert a keep mask (``True`` = may attend) to a padding mask (``True`` = masked).
+
+    Raises:
+        ValueError: mask not a boolean tensor (``~`` of an integer tensor flips its bits, not
+            its meaning).
+    """
+    return ~check_bool_mask(mask, "mask")
 
 
 def padding_to_keep(mask: Tensor) -> Tensor:
-    """Convert a padding mask (``True`` = masked) to a keep mask (``True`` = may attend)."""
-    return ~mask
+    """Convert a padding mask (``True`` = masked) to a keep mask (``True`` = may attend).
+
+    Raises:
+        ValueError: mask not a boolean tensor.
+    """
+    return ~check_bool_mask(mask, "mask")
+
+
+def check_bool_mask(mask: object, name: str) -> Tensor:
+    """Return ``mask`` if it is a boolean tensor, else raise a ValueError naming ``name``."""
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise ValueError(
+            f"{name} must be a boolean torch.Tensor, got {getattr(mask, 'dtype', type(mask).__name__)}"
+        )
+    return mask
 
 
 def masked_softmax(
@@ -131,65 +192,90 @@ def masked_softmax(
     """Softmax over the last axis that ignores the keys past each valid length.
 
     Masked entries come out exactly 0. A row whose valid length is 0 attends to nothing and
-    comes out all zeros: not NaN (what filling with ``-inf`` gives) and not uniform (what
-    filling with ``-1e6`` gives).
+    comes out all zeros (not NaN, not uniform). ``inplace=True`` overwrites the masked scores
+    of ``X`` instead of copying it: only for scores the caller owns, such as a fresh product.
 
     Shapes:
-        X: (B, Lq, Lk) scores.
-        valid_lens: None, (B,) or (B, Lq).
-
-    Args:
-        X: attention scores.
-        valid_lens: how many keys each example (or each query) may attend to.
-        inplace: overwrite the masked entries of ``X`` instead of copying it first. Saves one
-            (B, Lq, Lk) allocation; only for scores the caller owns, such as the fresh output
-            of a matrix product.
-
-    Returns:
-        (B, Lq, Lk) attention weights; every row sums to 1, or to 0 when its valid length is 0.
+        X: (B, Lq, Lk) scores; valid_lens: None, (B,) or (B, Lq); returns: (B, Lq, Lk).
     """
-    check_tensor(X, "X", 3)
-    B, Lq, Lk = X.shape
-    valid_lens = check_valid_lens(valid_lens, B, Lq, Lk)
+    valid_lens = _check_masked_softmax(X, valid_lens, inplace)
     if valid_lens is None:
         return torch.softmax(X, dim=-1)
-    valid_lens = valid_lens.to(X.device)
-    if bool((valid_lens == Lk).all()):
-        return torch.softmax(X, dim=-1)  # every key is valid: nothing to mask
-    # One length per example masks the same keys for every query: a (B, 1, Lk) mask that
-    # broadcasts over the queries is enough, and costs Lq times less to build than (B, Lq, Lk).
+    B, Lq, Lk = X.shape
+    # One length per example masks the same keys for every query: a (B, 1, Lk) mask
+    # broadcasts over the queries and costs Lq times less to build than (B, Lq, Lk).
     keep = keep_mask_from_valid_lens(valid_lens, Lq if valid_lens.dim() == 2 else 1, Lk)
-    # keep: (B, Lq, Lk) or (B, 1, Lk)
-    empty_rows = bool((valid_lens == 0).any())
-    return softmax_over_kept(X, keep, zero_empty_rows=empty_rows, inplace=inplace)
+    return softmax_over_kept(X, keep, inplace=inplace)
 
 
-def softmax_over_kept(
-    X: Tensor, keep: Tensor, zero_empty_rows: bool = True, inplace: bool = False
-) -> Tensor:
+@quiet_when_traced
+def _check_masked_softmax(X: object, valid_lens: object, inplace: object) -> Tensor | None:
+    """The checks of :func:`masked_softmax`; returns the valid lengths on X's device."""
+    check_tensor(X, "X", 3)
+    check_bool(inplace, "inplace")
+    valid_lens = check_valid_lens(valid_lens, *X.shape)
+    return None if valid_lens is None else valid_lens.to(X.device)
+
+
+def softmax_over_kept(X: Tensor, keep: Tensor, inplace: bool = False) -> Tensor:
     """The masked softmax itself: ignore the scores where ``keep`` is False.
 
-    Masked scores are replaced by the most negative *finite* number, not ``-inf``: a row with
-    nothing to keep then stays finite (uniform) inside the softmax instead of becoming
-    0/0 = NaN, and the multiplication by ``keep`` turns it into zeros. In a row that keeps at
-    least one key the masked entries come out exactly 0 (exp(lowest - max) underflows to 0).
+    Masked scores become the most negative *finite* number, not ``-inf``: a row with nothing
+    to keep stays finite (uniform) instead of 0/0 = NaN, and the product with ``keep`` then
+    zeroes it. In a row that keeps a key, exp(lowest - max) underflows to exactly 0.
 
     Shapes:
         X: (..., Lk) scores; keep: bool, broadcastable to X (True = may attend).
-
-    Args:
-        X: finite scores (an infinite score makes its row NaN, as in any softmax).
-        keep: which scores to use.
-        zero_empty_rows: skip the final product when the caller knows every row keeps a key.
-        inplace: write the fill into ``X`` itself (see :func:`masked_softmax`).
     """
+    _check_kept(X, keep, inplace)
     lowest = torch.finfo(X.dtype).min
-    if inplace:
-        scores = X.masked_fill_(~keep, lowest)
-    else:  # torch.where writes new scores in one pass; X.masked_fill would copy X first
-        scores = torch.where(keep, X, lowest)
+    # torch.where writes new scores in one pass; masked_fill_ overwrites X (inplace=True)
+    scores = X.masked_fill_(~keep, lowest) if inplace else torch.where(keep, X, lowest)
     weights = torch.softmax(scores, dim=-1)
-    return weights * keep if zero_empty_rows else weights  # rows with nothing to keep -> 0
+    # Rows with nothing to keep -> 0; in place, unless autograd needs the softmax's output.
+    return weights * keep if weights.requires_grad else weights.mul_(keep)
+
+
+@quiet_when_traced
+def _check_kept(X: object, keep: object, inplace: object) -> None:
+    """The checks of :func:`softmax_over_kept`."""
+    if not isinstance(X, Tensor) or not X.is_floating_point():
+        raise ValueError(
+            f"X must be a floating-point torch.Tensor, got {getattr(X, 'dtype', type(X).__name__)}"
+        )
+    check_bool_mask(keep, "keep")
+    check_bool(inplace, "inplace")
+    try:
+        fits = torch.broadcast_shapes(keep.shape, X.shape) == X.shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"keep must be broadcastable to the scores' shape {tuple(X.shape)}, "
+            f"got {tuple(keep.shape)}"
+        )
+    if keep.device != X.device:
+        raise ValueError(f"keep is on {keep.device} but X is on {X.device}")
+    if inplace:
+        _check_writable(X, "X")
+
+
+def _check_writable(X: Tensor, name: str) -> None:
+    """Raise unless ``X`` may be overwritten in place: no two of its elements share memory
+    (an ``expand``-ed view would write one entry through many), and autograd allows it."""
+    if any(stride == 0 and size > 1 for stride, size in zip(X.stride(), X.shape)) or (
+        not tracing() and torch._debug_has_internal_overlap(X) == 1
+    ):
+        raise ValueError(
+            f"{name} shares memory between its elements (an expanded view, shape "
+            f"{tuple(X.shape)}, strides {X.stride()}): inplace=True would write one entry through "
+            "many; pass inplace=False or a contiguous copy"
+        )
+    if X.requires_grad and X.is_leaf:
+        raise ValueError(
+            f"{name} is a leaf tensor that requires grad: autograd forbids overwriting it, "
+            "pass inplace=False"
+        )
 
 
 # --- Boolean masks of any layout (used by mha_lib.variants) -------------------------------------
@@ -219,7 +305,8 @@ def check_attention_mask(
     if not isinstance(mask, Tensor):
         raise ValueError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
-        if mask.is_floating_point() or mask.is_complex() or not ((mask == 0) | (mask == 1)).all():
+        zero_one = tracing() or bool(((mask == 0) | (mask == 1)).all())
+        if mask.is_floating_point() or mask.is_complex() or not zero_one:
             raise ValueError(
                 f"{name} must be boolean (or integers 0/1), got dtype {mask.dtype}"
             )
@@ -251,19 +338,6 @@ def masked_softmax_keep(X: Tensor, keep: Tensor) -> Tensor:
     Raises:
         ValueError: X not a floating-point tensor, keep not boolean or not broadcastable to X.
     """
-    if not isinstance(X, Tensor) or not X.is_floating_point():
-        raise ValueError(f"X must be a floating-point tensor, got {getattr(X, 'dtype', type(X))}")
-    if not isinstance(keep, Tensor) or keep.dtype != torch.bool:
-        raise ValueError(f"keep must be a boolean tensor, got {getattr(keep, 'dtype', type(keep))}")
-    try:
-        fits = torch.broadcast_shapes(keep.shape, X.shape) == X.shape
-    except RuntimeError:
-        fits = False
-    if not fits:
-        raise ValueError(
-            f"keep must be broadcastable to the scores' shape {tuple(X.shape)}, "
-            f"got {tuple(keep.shape)}"
-        )
     return softmax_over_kept(X, keep)
 
 
@@ -299,6 +373,6 @@ def causal_valid_lens(batch_size: int, num_queries: int) -> Tensor:
     Returns:
         (B, Lq) long, ``valid_lens[b, i] = i + 1``.
     """
-    B = check_positive_int(batch_size, "batch_size")
-    Lq = check_positive_int(num_queries, "num_queries")
+    B = check_size(batch_size, "batch_size")
+    Lq = check_size(num_queries, "num_queries")
     return torch.arange(1, Lq + 1).expand(B, Lq)  # (Lq,) -> (B, Lq)

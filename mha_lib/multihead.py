@@ -17,10 +17,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mha_lib._checks import check_positive_int, check_probability
+from mha_lib._checks import (
+    check_bool,
+    check_positive_int,
+    check_probability,
+    quiet_when_traced,
+    tracing,
+)
 from mha_lib.attention import DotProductAttention, check_qkv
 from mha_lib.heads import merge_heads, split_heads, transpose_output, transpose_qkv
-from mha_lib.masking import check_valid_lens, keep_mask_from_valid_lens
+from mha_lib.masking import check_valid_lens
 
 
 class MultiHeadAttention(nn.Module):
@@ -98,37 +104,27 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from every query to the valid keys, in every head.
 
-        Args:
-            queries, keys, values: see the shape legend.
-            valid_lens: how many key-value pairs each example (B,) or query (B, Lq) may use.
-            need_weights: also return the per-head attention weights. Without it the fast path
-                (PyTorch's fused ``scaled_dot_product_attention``) computes the same output.
-            head_mask: gates that multiply each head's output before ``W_o``; 1 keeps a head,
-                0 removes it.
-            cache: a ``mha_lib.decoding.KVCache`` (or one layer of it) for decoding step by
-                step: the queries are new positions that attend causally to the cached ones
-                and to themselves, and their keys and values are appended to the cache.
+        ``need_weights=True`` takes the clear path and also returns the weights; otherwise the
+        fast path (PyTorch's fused ``scaled_dot_product_attention``) computes the same output.
+        ``head_mask`` multiplies each head's output before ``W_o`` (1 keeps a head, 0 removes it).
+        ``cache`` (a ``mha_lib.decoding.KVCache``, or one layer of it) decodes step by step: the
+        queries are new positions that attend causally to the cached ones and to themselves.
 
         Returns:
             output (B, Lq, D), or ``(output, weights)`` with weights (B, H, Lq, Lk).
         """
-        self.check_inputs(queries, keys, values)
-        if not isinstance(need_weights, bool):
-            raise ValueError(f"need_weights must be True or False, got {need_weights!r}")
-        if cache is not None:  # decoding: the cache does the work (mha_lib.decoding)
+        if cache is not None:  # decoding step by step: mha_lib.decoding does the work
+            self._check_forward(queries, keys, values, None, need_weights, head_mask)
             if not callable(getattr(cache, "attend", None)):
                 raise ValueError(f"cache must be a mha_lib.decoding.KVCache, got {type(cache).__name__}")
             return cache.attend(self, queries, keys, values, valid_lens,
                                 need_weights=need_weights, head_mask=head_mask)
-        B, Lq, _ = queries.shape
-        Lk = keys.shape[1]
-        valid_lens = check_valid_lens(valid_lens, B, Lq, Lk)
-        gates = self._check_head_mask(head_mask, B, queries)
-        if valid_lens is not None:
-            valid_lens = valid_lens.to(queries.device)
+        valid_lens, gates = self._check_forward(queries, keys, values, valid_lens, need_weights, head_mask)
+        queries, keys, values, broken = _nonfinite_rows(queries, keys, values, valid_lens)
         if need_weights:
-            return self._forward_clear(queries, keys, values, valid_lens, gates)
-        return self._forward_fast(queries, keys, values, valid_lens, gates)
+            output, weights = self._forward_clear(queries, keys, values, valid_lens, gates)
+            return _nan_rows(output, broken), _nan_rows(weights, broken, heads=True)
+        return _nan_rows(self._forward_fast(queries, keys, values, valid_lens, gates), broken)
 
     def _forward_clear(self, queries, keys, values, valid_lens, gates):
         """The d2l.ai path: fold heads into the batch, attend, unfold, project."""
@@ -145,40 +141,36 @@ class MultiHeadAttention(nn.Module):
         if gates is not None:
             output = output * gates.reshape(-1, 1, 1)  # (B, H) -> (B*H, 1, 1)
         output = self.W_o(transpose_output(output, H))  # (B*H, Lq, d) -> (B, Lq, D)
-        B, Lq, Lk = queries.shape[0] // H, queries.shape[1], keys.shape[1]
+        B, Lq, Lk = output.shape[0], weights.shape[1], weights.shape[2]
         return output, weights.reshape(B, H, Lq, Lk)  # (B*H, Lq, Lk) -> (B, H, Lq, Lk)
 
     def _forward_fast(self, queries, keys, values, valid_lens, gates):
         """Same output through the fused ``F.scaled_dot_product_attention``."""
-        B, Lq, _ = queries.shape
-        Lk, H = keys.shape[1], self.num_heads
+        H = self.num_heads
         q = split_heads(self.W_q(queries), H)  # (B, Lq, D) -> (B, H, Lq, d)
         k = split_heads(self.W_k(keys), H)  # (B, Lk, D) -> (B, H, Lk, d)
         v = split_heads(self.W_v(values), H)  # (B, Lk, D) -> (B, H, Lk, d)
-        keep = empty = None
-        if valid_lens is not None and not bool((valid_lens == Lk).all()):
-            # One length per example: a (B, 1, 1, Lk) keep mask broadcasts over heads and
-            # queries; per-query lengths need (B, 1, Lq, Lk).
-            per_query = valid_lens.dim() == 2
-            keep = keep_mask_from_valid_lens(valid_lens, Lq if per_query else 1, Lk)[:, None]
-            # keep: (B, 1, Lq, Lk) or (B, 1, 1, Lk)
-            empty = valid_lens == 0  # (B, Lq) or (B,)
-            if bool(empty.any()):
-                # A row with nothing to keep: torch 2.13's SDPA returns zeros there, older
-                # releases returned NaN. Do not depend on either: let the row attend anywhere,
-                # then zero its output, exactly as the clear path does.
-                empty = empty.reshape(B, 1, -1, 1)  # (B, Lq) or (B,) -> (B, 1, Lq or 1, 1)
-                keep = keep | empty
-            else:
-                empty = None
+        keep, empty = _sdpa_mask(valid_lens, k.shape[2])
         dropout_p = self.attention.dropout.p if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p)
         # out: (B, H, Lq, d)
         if empty is not None:
-            out = out.masked_fill(empty, 0.0)
+            out = out.masked_fill(empty, 0.0)  # a query with nothing to attend to gives zeros
         if gates is not None:
             out = out * gates[:, :, None, None]  # (B, H) -> (B, H, 1, 1)
         return self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
+
+    @quiet_when_traced
+    def _check_forward(self, queries, keys, values, valid_lens, need_weights, head_mask):
+        """The checks of :meth:`forward`; returns the valid lengths (long, on the inputs'
+        device) and the head gates as (B, H), each or None."""
+        self.check_inputs(queries, keys, values)
+        check_bool(need_weights, "need_weights")
+        B, Lq, _ = queries.shape
+        valid_lens = check_valid_lens(valid_lens, B, Lq, keys.shape[1])
+        if valid_lens is not None:
+            valid_lens = valid_lens.to(queries.device)
+        return valid_lens, self._check_head_mask(head_mask, B, queries)
 
     def check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
         """Raise a ``ValueError`` unless the inputs fit this module.
@@ -219,7 +211,7 @@ class MultiHeadAttention(nn.Module):
         if head_mask.dtype == torch.bool or head_mask.is_complex():
             raise ValueError(f"head_mask must hold real numbers, got dtype {head_mask.dtype}")
         head_mask = head_mask.to(dtype=like.dtype, device=like.device)  # keeps its gradient
-        if not torch.isfinite(head_mask).all():
+        if not tracing() and not torch.isfinite(head_mask).all():
             raise ValueError(f"head_mask must be finite, got {head_mask.tolist()}")
         if head_mask.shape == (H,):
             return head_mask.expand(batch_size, H)  # (H,) -> (B, H)
@@ -229,3 +221,59 @@ class MultiHeadAttention(nn.Module):
             f"head_mask must have shape (H,) = ({H},) or (B, H) = ({batch_size}, {H}), "
             f"got {tuple(head_mask.shape)}"
         )
+
+
+def _sdpa_mask(valid_lens: Tensor | None, Lk: int) -> tuple[Tensor | None, Tensor | None]:
+    """The keep mask of ``F.scaled_dot_product_attention`` and the queries with nothing to keep.
+
+    One length per example gives a (B, 1, 1, Lk) mask that broadcasts over heads and queries;
+    per-query lengths need (B, 1, Lq, Lk). A query whose valid length is 0 keeps nothing:
+    torch 2.13's SDPA returns zeros there, older releases NaN. Rather than depend on either, such
+    a query may attend anywhere and the caller zeroes its output (``empty``: (B, 1, Lq or 1, 1)).
+    No branch depends on the lengths' values, so compiled and traced graphs hold for any lengths.
+    """
+    if valid_lens is None:
+        return None, None
+    if valid_lens.dim() == 2:
+        lens = valid_lens[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
+    else:
+        lens = valid_lens[:, None, None, None]  # (B,) -> (B, 1, 1, 1)
+    positions = torch.arange(Lk, device=valid_lens.device)  # (Lk,)
+    empty = lens == 0  # (B, 1, Lq or 1, 1)
+    keep = (positions < lens) | empty  # (B, 1, Lq or 1, Lk)
+    return keep, empty
+
+
+def _nonfinite_rows(queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor | None):
+    """The rule for NaN and inf inputs, the same on both paths.
+
+    A query's output row is NaN when the query itself, or a key or value it may attend to, holds
+    a NaN or an infinity (and the query attends to something); an infinity or NaN in a key or
+    value that the query may *not* attend to does not reach it. For that, non-finite entries are
+    replaced by 0 before the computation and the broken rows are set to NaN after it.
+
+    Returns:
+        queries, keys, values (copies when needed) and ``broken``: None when every input is
+        finite (eager mode only), else (B, Lq) bool.
+    """
+    finite_q = torch.isfinite(queries).all(-1)  # (B, Lq)
+    finite_kv = torch.isfinite(keys).all(-1) & torch.isfinite(values).all(-1)  # (B, Lk)
+    if not tracing() and bool(finite_q.all()) and bool(finite_kv.all()):
+        return queries, keys, values, None  # the common case: nothing to do
+    if valid_lens is None:
+        lens = torch.full((queries.shape[0], 1), keys.shape[1], device=queries.device)  # (B, 1)
+    else:
+        lens = valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens  # (B, 1) or (B, Lq)
+    first_bad = finite_kv.long().cumprod(-1).sum(-1, keepdim=True)  # (B, 1): finite prefix
+    broken = (lens > first_bad) | (~finite_q & (lens > 0))  # (B, Lq)
+    clean = lambda x, ok: torch.where(ok[..., None], x, 0.0)  # noqa: E731
+    return clean(queries, finite_q), clean(keys, finite_kv), clean(values, finite_kv), broken
+
+
+def _nan_rows(x: Tensor, broken: Tensor | None, heads: bool = False) -> Tensor:
+    """Set the rows of ``x`` (B, Lq, ...) or, with ``heads``, (B, H, Lq, ...) where ``broken``
+    (B, Lq) is True to NaN."""
+    if broken is None:
+        return x
+    rows = broken[:, None] if heads else broken  # (B, 1, Lq) or (B, Lq)
+    return x.masked_fill(rows[..., None], float("nan"))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import mha_lib
-from mha_lib import exercises
+from mha_lib import exercises, importance
 from mha_lib.exercises import (
     MISTAKES,
     check_dot_product_attention,
@@ -47,6 +47,8 @@ def student_masked_softmax(X, valid_lens, bugs=()):
     else:
         keep = positions < valid_lens[:, None]  # (B*Lq, Lk)
     keep = keep.reshape(B, Lq, Lk)  # (B*Lq, Lk) -> (B, Lq, Lk)
+    if "after_softmax" in bugs:  # zero the padding's weights afterwards, no renormalising
+        return torch.softmax(X, dim=dim) * keep
     fill = -math.inf if "nan" in bugs else -1e9
     weights = torch.softmax(X.masked_fill(~keep, fill), dim=dim)
     return weights if "nan" in bugs else weights * keep
@@ -57,7 +59,9 @@ def student_transpose_qkv(X, num_heads, bugs=()):
     if "no_permute" in bugs:
         return X.reshape(B * num_heads, L, D // num_heads)
     X = X.reshape(B, L, num_heads, D // num_heads)  # (B, L, D) -> (B, L, H, d)
-    if "head_major" in bugs:
+    if "permute_0231" in bugs:
+        X = X.permute(0, 2, 3, 1)  # (B, L, H, d) -> (B, H, d, L), reshaped below all the same
+    elif "head_major" in bugs:
         X = X.permute(2, 0, 1, 3)  # (B, L, H, d) -> (H, B, L, d)
     else:
         X = X.permute(0, 2, 1, 3)  # (B, L, H, d) -> (B, H, L, d)
@@ -66,7 +70,7 @@ def student_transpose_qkv(X, num_heads, bugs=()):
 
 def student_transpose_output(X, num_heads, bugs=()):
     BH, L, d = X.shape
-    if "no_permute" in bugs:
+    if "no_permute" in bugs or "plain_reshape" in bugs:
         return X.reshape(BH // num_heads, L, num_heads * d)
     if "head_major" in bugs:
         X = X.reshape(num_heads, BH // num_heads, L, d).permute(1, 2, 0, 3)  # -> (B, L, H, d)
@@ -76,8 +80,13 @@ def student_transpose_output(X, num_heads, bugs=()):
 
 
 def student_attention(q, k, v, valid_lens, bugs=()):
-    scores = torch.bmm(q, k.transpose(1, 2))  # (B, Lq, Lk)
-    if "no_scaling" not in bugs:
+    if "no_transpose" in bugs:
+        scores = q @ k  # fails unless Lk == d
+    else:
+        scores = torch.bmm(q, k.transpose(1, 2))  # (B, Lq, Lk)
+    if "sqrt_Lk" in bugs:
+        scores = scores / math.sqrt(k.shape[1])
+    elif "no_scaling" not in bugs:
         scores = scores / math.sqrt(q.shape[-1])
     return torch.bmm(student_masked_softmax(scores, valid_lens, bugs), v)
 
@@ -144,6 +153,7 @@ def test_reference_passes(checker, candidate, capsys):
 
 SOFTMAX_MISTAKES = [
     ("no_mask", "no masking"),
+    ("after_softmax", "masked after the softmax, without renormalising"),
     ("off_by_one", "mask off by one"),
     ("wrong_axis", "softmax over the wrong axis"),
     ("nan", "NaN on a row with valid length 0"),
@@ -154,10 +164,18 @@ TRANSPOSE_MISTAKES = [
     ("no_permute", "reshape without the permute"),
     ("head_major", "head-major"),
 ]
-MHA_MISTAKES = SOFTMAX_MISTAKES + [
+QKV_MISTAKES = TRANSPOSE_MISTAKES + [("permute_0231", "permute(0, 2, 3, 1) instead of permute(0, 2, 1, 3)")]
+OUTPUT_MISTAKES = TRANSPOSE_MISTAKES + [("plain_reshape", "reshape without the permute")]
+ATTENTION_MISTAKES = [
     ("no_scaling", "missing 1/sqrt(d) scaling"),
+    ("sqrt_Lk", "scaling by 1/sqrt(Lk), the number of keys"),
+    ("no_transpose", "Q @ K without the transpose"),
+]
+MHA_MISTAKES = SOFTMAX_MISTAKES + ATTENTION_MISTAKES + [
     ("repeat", "repeat instead of repeat_interleave"),
     ("no_permute", "reshape without the permute"),
+    ("permute_0231", "permute(0, 2, 3, 1) instead of permute(0, 2, 1, 3)"),
+    ("plain_reshape", "transpose_output as a plain reshape"),
     ("no_W_o", "forgot the output projection W_o"),
 ]
 
@@ -170,11 +188,11 @@ WRONG = (
     [(check_masked_softmax, _with_bug(student_masked_softmax, bug), phrase)
      for bug, phrase in SOFTMAX_MISTAKES]
     + [(check_dot_product_attention, _with_bug(student_attention, bug), phrase)
-       for bug, phrase in SOFTMAX_MISTAKES + [("no_scaling", "missing 1/sqrt(d) scaling")]]
+       for bug, phrase in SOFTMAX_MISTAKES + ATTENTION_MISTAKES]
     + [(check_transpose_qkv, _with_bug(student_transpose_qkv, bug), phrase)
-       for bug, phrase in TRANSPOSE_MISTAKES]
+       for bug, phrase in QKV_MISTAKES]
     + [(check_transpose_output, _with_bug(student_transpose_output, bug), phrase)
-       for bug, phrase in TRANSPOSE_MISTAKES]
+       for bug, phrase in OUTPUT_MISTAKES]
     + [(check_multihead_attention, make_mha(bug), phrase) for bug, phrase in MHA_MISTAKES]
 )
 
@@ -214,7 +232,8 @@ def test_uniform_rows_of_d2l_fill_value_are_named(capsys):
 
     ok, out = run(check_masked_softmax, d2l_style, capsys)
     assert ok is False
-    assert "uniform weights instead of zeros" in out
+    assert "not a bug, another convention" in out and "d2l.ai" in out
+    assert "not yet right" not in out
 
 
 def test_naive_exp_overflow_is_reported_as_nan(capsys):
@@ -410,3 +429,97 @@ def test_multihead_model_without_mistakes_matches_the_module():
     with torch.no_grad():
         torch.testing.assert_close(exercises.multihead_variant(ref, q, k, v, lens, spec),
                                    ref(q, k, v, lens))
+
+
+# ---------------------------------------------------------------- checkers of chapters 4-7
+
+
+def entropy_student(w, bug=None):
+    log = torch.log2 if bug == "log2" else torch.log
+    terms = w * log(w) if bug in ("nan", "log2") else torch.xlogy(w, w)  # (H, Lq, Lk)
+    rows = terms.sum(-2) if bug == "queries" else terms.sum(-1)
+    return rows.mean(-1) if bug == "sign" else -rows.mean(-1)
+
+
+def prune_student(mha, heads, bug=None):
+    H, d = mha.num_heads, mha.head_size
+    kept = [h for h in range(H) if (h in heads) == (bug == "kept_listed")]
+    if bug == "interleaved":
+        rows = [i * H + h for h in kept for i in range(d)]
+    else:
+        rows = [h * d + i for h in kept for i in range(d)]
+    new = mha_lib.MultiHeadAttention(mha.W_k.in_features, mha.W_q.in_features,
+                                     mha.W_v.in_features, num_hiddens=len(rows),
+                                     num_heads=len(kept), dropout=0.0)
+    new.W_o = nn.Linear(len(rows), mha.W_o.out_features, bias=False)
+    with torch.no_grad():
+        for name in ("W_q", "W_k", "W_v"):
+            getattr(new, name).weight.copy_(getattr(mha, name).weight[rows])
+        W_o = mha.W_o.weight[rows] if bug == "W_o_rows" else mha.W_o.weight[:, rows]
+        new.W_o.weight.copy_(W_o)
+    return new
+
+
+LATER_REFERENCES = [
+    (exercises.check_mean_entropy, entropy_student),
+    (exercises.check_stiefel_dimension, lambda N, d: N * d - d * (d + 1) // 2),
+    (exercises.check_crossover_length, lambda D: 2 * D),
+    (exercises.check_longest_sequence, lambda budget, B, H: math.isqrt(budget // (4 * B * H))),
+    (exercises.check_prune_heads, prune_student),
+    (exercises.check_prune_heads, lambda mha, heads: importance.prune_heads(mha, heads)),
+]
+
+
+@pytest.mark.parametrize("checker, candidate", LATER_REFERENCES)
+def test_later_reference_passes(checker, candidate, capsys):
+    ok, out = run(checker, candidate, capsys)
+    assert ok is True and "cases pass" in out
+
+
+LATER_WRONG = [
+    (exercises.check_mean_entropy, lambda w: entropy_student(w, "nan"), "NaN from 0 * log(0)"),
+    (exercises.check_mean_entropy, lambda w: entropy_student(w, "log2"), "bits (log2)"),
+    (exercises.check_mean_entropy, lambda w: entropy_student(w, "sign"), "minus sign is missing"),
+    (exercises.check_mean_entropy, lambda w: entropy_student(w, "queries"), "over the queries"),
+    (exercises.check_stiefel_dimension, lambda N, d: N * d - d * d, "d*d constraints"),
+    (exercises.check_stiefel_dimension, lambda N, d: N * d - d * (d - 1) // 2, "d(d-1)/2"),
+    (exercises.check_stiefel_dimension, lambda N, d: N * d, "no constraint counted"),
+    (exercises.check_crossover_length, lambda D: D, "only two of the four projections"),
+    (exercises.check_crossover_length, lambda D: 4 * D, "not the weighted sum"),
+    (exercises.check_crossover_length, lambda D: 2 * D + 1, "must *reach*"),
+    (exercises.check_longest_sequence, lambda b, B, H: math.isqrt(b // (B * H)), "not bytes"),
+    (exercises.check_longest_sequence, lambda b, B, H: math.isqrt(b // (8 * B * H)), "float64"),
+    (exercises.check_longest_sequence, lambda b, B, H: int(math.sqrt(b / (4 * B * H))), "math.isqrt"),
+    (exercises.check_prune_heads, lambda m, h: prune_student(m, h, "kept_listed"), "kept the listed heads"),
+    (exercises.check_prune_heads, lambda m, h: prune_student(m, h, "interleaved"), "h + H, h + 2H"),
+    (exercises.check_prune_heads, lambda m, h: prune_student(m, h, "W_o_rows"), "keep its columns"),
+]
+
+
+@pytest.mark.parametrize("checker, candidate, phrase", LATER_WRONG,
+                         ids=[f"{c.__name__}-{p}" for c, _, p in LATER_WRONG])
+def test_later_mistake_is_named(checker, candidate, phrase, capsys):
+    ok, out = run(checker, candidate, capsys)
+    assert ok is False
+    assert phrase in out
+
+
+def test_prune_checker_reports_a_wrong_number_of_heads(capsys):
+    def keeps_all(mha, heads):
+        return prune_student(mha, [])
+
+    ok, out = run(exercises.check_prune_heads, keeps_all, capsys)
+    assert ok is False and "num_heads = 4" in out
+
+
+def test_chapter_6_references_agree_with_the_bench_module():
+    from mha_lib.bench import Sizes, flop_count, weights_bytes
+
+    for D in (1, 8, 64, 100):
+        L = exercises.crossover_length_variant(D, {})
+        f, g = flop_count(Sizes(1, L, L, D, 1)), flop_count(Sizes(1, L - 1, L - 1, D, 1))
+        assert f["scores"] + f["weighted sum"] >= f["projections"]
+        assert L == 1 or g["scores"] + g["weighted sum"] < g["projections"]
+    for budget, B, H in ((2**30, 16, 8), (10**9, 3, 5)):
+        L = exercises.longest_sequence_variant(budget, B, H, {})
+        assert weights_bytes(Sizes(B, L, L, H, H)) <= budget < weights_bytes(Sizes(B, L + 1, L + 1, H, H))

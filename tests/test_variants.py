@@ -148,8 +148,9 @@ def test_causal_valid_lens():
     assert causal_valid_lens(2, 3).tolist() == [[1, 2, 3], [1, 2, 3]]
     keep = keep_mask_from_valid_lens(causal_valid_lens(1, 4), 4, 4)
     assert torch.equal(keep[0], torch.ones(4, 4, dtype=torch.bool).tril())
+    assert causal_valid_lens(0, 3).shape == (0, 3) and causal_valid_lens(2, 0).shape == (2, 0)
     with pytest.raises(ValueError, match="num_queries"):
-        causal_valid_lens(1, 0)
+        causal_valid_lens(1, -1)
 
 
 def test_check_attention_mask_broadcasts_and_reads_integers():

@@ -1,0 +1,238 @@
+"""The library at its edges: non-finite inputs, empty sizes, odd dtypes, in-place safety,
+validated converters, and graphs (torch.compile with fullgraph, torch.jit.trace, torch.export).
+
+The rule for NaN and inf, the same on both paths of MultiHeadAttention: a query's output row
+(and its weights) is NaN when the query, or a key or value it may attend to, is not finite
+(and it attends to something); non-finite keys and values it may not attend to never reach it.
+"""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mha_lib import (
+    DotProductAttention,
+    MultiHeadAttention,
+    check_valid_lens,
+    keep_mask_from_valid_lens,
+    keep_to_padding,
+    masked_softmax,
+    merge_heads,
+    padding_mask_from_valid_lens,
+    padding_to_keep,
+    split_heads,
+    transpose_output,
+    transpose_qkv,
+)
+from mha_lib.masking import softmax_over_kept
+
+SETTINGS = settings(max_examples=40, deadline=None)
+BAD = [float("nan"), float("inf"), -float("inf")]
+
+
+def _module(H=2, d=3, seed=0, dtype=torch.float32):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return MultiHeadAttention(4, 5, 3, H * d, H, 0.0, bias=True).to(dtype).eval()
+
+
+@st.composite
+def problems(draw, allow_empty=True):
+    """Sizes (zeros allowed), lengths (None, per example, per query), non-finite entries."""
+    lo = 0 if allow_empty else 1
+    B, Lq, Lk = draw(st.integers(lo, 3)), draw(st.integers(lo, 4)), draw(st.integers(lo, 5))
+    kind = draw(st.sampled_from(["none", "per_example", "per_query"]))
+    shape = {"none": None, "per_example": (B,), "per_query": (B, Lq)}[kind]
+    lens = None
+    if shape is not None:
+        n = math.prod(shape)
+        lens = torch.tensor(draw(st.lists(st.integers(0, Lk), min_size=n, max_size=n)),
+                            dtype=torch.long).reshape(shape)
+    seed = draw(st.integers(0, 2**16))
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = torch.randn(B, Lq, 5, generator=g), torch.randn(B, Lk, 4, generator=g), torch.randn(
+        B, Lk, 3, generator=g)
+    for x in (q, k, v):  # poke a few non-finite entries
+        for _ in range(draw(st.integers(0, 2))):
+            if x.numel():
+                x.view(-1)[draw(st.integers(0, x.numel() - 1))] = draw(st.sampled_from(BAD))
+    return dict(q=q, k=k, v=v, valid_lens=lens, seed=seed)
+
+
+def _expected_broken(q, k, v, valid_lens):
+    """(B, Lq) bool: the rows the rule makes NaN, computed by loops."""
+    B, Lq, Lk = q.shape[0], q.shape[1], k.shape[1]
+    out = torch.zeros(B, Lq, dtype=torch.bool)
+    for b in range(B):
+        for i in range(Lq):
+            n = Lk if valid_lens is None else int(valid_lens[b] if valid_lens.dim() == 1 else valid_lens[b, i])
+            used_bad = any(not (torch.isfinite(k[b, j]).all() and torch.isfinite(v[b, j]).all()) for j in range(n))
+            out[b, i] = n > 0 and (used_bad or not torch.isfinite(q[b, i]).all())
+    return out
+
+
+@SETTINGS
+@given(problems())
+def test_both_paths_give_the_same_answer_for_non_finite_and_empty_inputs(p):
+    mha = _module(seed=p["seed"] % 7)
+    fast = mha(p["q"], p["k"], p["v"], p["valid_lens"])
+    clear, weights = mha(p["q"], p["k"], p["v"], p["valid_lens"], need_weights=True)
+    torch.testing.assert_close(fast, clear, equal_nan=True, atol=2e-5, rtol=2e-4)
+    broken = _expected_broken(p["q"], p["k"], p["v"], p["valid_lens"])
+    assert torch.equal(fast.isnan().any(-1), broken)
+    assert torch.isfinite(fast[~broken]).all()
+    assert torch.equal(weights.isnan().any(-1).any(1), broken)
+
+
+@SETTINGS
+@given(problems(allow_empty=False))
+def test_non_finite_entries_that_no_query_uses_change_nothing(p):
+    """inf/NaN only where the lengths mask them gives the answer of zeros there."""
+    lens = p["valid_lens"]
+    if lens is None:
+        return
+    mha = _module(seed=p["seed"] % 7)
+    q, k, v = p["q"].nan_to_num(0.0, 0.0, 0.0), p["k"].clone(), p["v"].clone()
+    Lk = k.shape[1]
+    unused = torch.arange(Lk) >= lens.reshape(lens.shape[0], -1).amax(-1, keepdim=True)  # (B, Lk)
+    k, v = k.nan_to_num(0.0, 0.0, 0.0), v.nan_to_num(0.0, 0.0, 0.0)
+    k_bad, v_bad = k.masked_fill(unused[..., None], float("inf")), v.masked_fill(unused[..., None], float("nan"))
+    for need_weights in (False, True):
+        got = mha(q, k_bad, v_bad, lens, need_weights=need_weights)
+        want = mha(q, k, v, lens, need_weights=need_weights)
+        torch.testing.assert_close(got, want)
+
+
+def test_issue_examples_nan_query_and_inf_in_a_masked_key():
+    mha = _module()
+    q, k, v = torch.randn(2, 3, 5), torch.randn(2, 4, 4), torch.randn(2, 4, 3)
+    q[0, 1, 0] = float("nan")
+    k[1, 3, 2] = float("inf")
+    lens = torch.tensor([4, 3])  # key 3 of example 1 is masked
+    fast = mha(q, k, v, lens)
+    clear, _ = mha(q, k, v, lens, need_weights=True)
+    torch.testing.assert_close(fast, clear, equal_nan=True)
+    assert fast[0, 1].isnan().all() and torch.isfinite(fast[0, [0, 2]]).all()
+    assert torch.isfinite(fast[1]).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_odd_float_dtypes_agree_on_both_paths(dtype):
+    mha = _module(dtype=dtype)
+    q, k, v = (torch.randn(2, 3, n, dtype=dtype) for n in (5, 4, 3))
+    lens = torch.tensor([[1, 0, 3], [2, 2, 3]])
+    fast = mha(q, k, v, lens)
+    clear, weights = mha(q, k, v, lens, need_weights=True)
+    tol = dict(atol=1e-2, rtol=1e-2) if dtype in (torch.float16, torch.bfloat16) else {}
+    torch.testing.assert_close(fast, clear, **tol)
+    assert fast.dtype == weights.dtype == dtype and torch.isfinite(fast).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64])
+def test_non_float_inputs_are_rejected_by_name(dtype):
+    mha = _module()
+    q = torch.zeros(1, 2, 5, dtype=dtype)
+    with pytest.raises(ValueError, match="queries must be a floating-point tensor"):
+        mha(q, torch.randn(1, 2, 4), torch.randn(1, 2, 3))
+
+
+def test_integer_valid_lens_of_any_dtype_are_accepted():
+    X = torch.randn(2, 3, 4)
+    want = masked_softmax(X, torch.tensor([1, 4]))
+    for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32):
+        torch.testing.assert_close(masked_softmax(X, torch.tensor([1, 4], dtype=dtype)), want)
+    with pytest.raises(ValueError, match="valid_lens must hold integers.*torch.bool"):
+        masked_softmax(X, torch.tensor([True, False]))
+
+
+def test_inplace_refuses_an_expanded_view_and_a_leaf_that_requires_grad():
+    X = torch.randn(1, 4).expand(2, 3, 4)  # every row is the same memory
+    with pytest.raises(ValueError, match="X shares memory between its elements"):
+        masked_softmax(X, [1, 2], inplace=True)
+    torch.testing.assert_close(masked_softmax(X, [1, 2]), masked_softmax(X.contiguous(), [1, 2]))
+    leaf = torch.randn(2, 3, 4, requires_grad=True)
+    with pytest.raises(ValueError, match="leaf tensor that requires grad"):
+        masked_softmax(leaf, [1, 2], inplace=True)
+    with pytest.raises(ValueError, match="inplace must be True or False"):
+        masked_softmax(leaf, [1, 2], inplace=1)
+
+
+def test_softmax_over_kept_checks_its_arguments():
+    X = torch.randn(2, 3)
+    with pytest.raises(ValueError, match="keep must be a boolean"):
+        softmax_over_kept(X, torch.ones(2, 3))
+    with pytest.raises(ValueError, match="keep must be broadcastable"):
+        softmax_over_kept(X, torch.ones(4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="X must be a floating-point"):
+        softmax_over_kept(torch.ones(2, 3, dtype=torch.long), torch.ones(3, dtype=torch.bool))
+
+
+def test_mask_converters_check_their_arguments():
+    with pytest.raises(ValueError, match="mask must be a boolean"):
+        keep_to_padding(torch.tensor([1, 0]))  # ~ of integers would give [-2, -1]
+    with pytest.raises(ValueError, match="mask must be a boolean"):
+        padding_to_keep([True])
+    with pytest.raises(ValueError, match="valid_lens must be <= .* Lk = 3"):
+        keep_mask_from_valid_lens(torch.tensor([4]), 2, 3)
+    with pytest.raises(ValueError, match="valid_lens must be >= 0"):
+        padding_mask_from_valid_lens(torch.tensor([-1]), 3)
+    with pytest.raises(ValueError, match="got None"):
+        keep_mask_from_valid_lens(None, 2, 3)
+    with pytest.raises(ValueError, match="one length per example"):
+        padding_mask_from_valid_lens(torch.tensor([[1, 2]]), 3)
+    with pytest.raises(ValueError, match="num_keys must be an integer >= 0"):
+        keep_mask_from_valid_lens(torch.tensor([1]), 2, -3)
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 0"):
+        check_valid_lens([1], 1.5, 2, 3)
+    assert keep_mask_from_valid_lens([2, 0], 1, 3).tolist() == [[[True, True, False]], [[False] * 3]]
+
+
+def test_empty_sizes_give_empty_results_not_nan():
+    X = torch.randn(0, 3, 4)
+    assert masked_softmax(X, torch.zeros(0, dtype=torch.long)).shape == (0, 3, 4)
+    assert masked_softmax(torch.randn(2, 3, 0), [0, 0]).shape == (2, 3, 0)
+    assert split_heads(torch.randn(0, 2, 6), 3).shape == (0, 3, 2, 2)
+    assert merge_heads(torch.randn(2, 3, 0, 2)).shape == (2, 0, 6)
+    assert transpose_output(transpose_qkv(torch.randn(0, 5, 6), 2), 2).shape == (0, 5, 6)
+    attention = DotProductAttention(0.0)
+    out = attention(torch.randn(2, 3, 4), torch.randn(2, 0, 4), torch.randn(2, 0, 5))
+    assert torch.equal(out, torch.zeros(2, 3, 5))  # nothing to attend to: zeros
+    with pytest.raises(ValueError, match="at least one feature"):
+        attention(torch.randn(2, 3, 0), torch.randn(2, 4, 0), torch.randn(2, 4, 5))
+
+
+def _lens_module():
+    mha = _module()
+    q, k, v = torch.randn(2, 3, 5), torch.randn(2, 4, 4), torch.randn(2, 4, 3)
+    return mha, q, k, v, torch.tensor([4, 2]), [torch.tensor([1, 3]), torch.tensor([0, 4])]
+
+
+def test_jit_trace_holds_for_other_valid_lengths():
+    mha, q, k, v, lens, others = _lens_module()
+    with pytest.warns(Warning):  # torch.jit.trace itself is deprecated in torch 2.13
+        traced = torch.jit.trace(mha, (q, k, v, lens))
+    for other in others:
+        torch.testing.assert_close(traced(q, k, v, other), mha(q, k, v, other))
+
+
+def test_export_with_valid_lengths_agrees_with_eager():
+    mha, q, k, v, lens, others = _lens_module()
+    program = torch.export.export(mha, (q, k, v, lens))
+    for other in [lens, *others]:
+        torch.testing.assert_close(program.module()(q, k, v, other), mha(q, k, v, other))
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_compile_fullgraph_with_valid_lengths(need_weights):
+    """One graph for both paths, valid for any lengths (backend "eager": Dynamo's capture is
+    what fullgraph tests; code generation would only cost time)."""
+    torch._dynamo.reset()
+    mha, q, k, v, lens, others = _lens_module()
+    compiled = torch.compile(
+        lambda *args: mha(*args, need_weights=need_weights), fullgraph=True, backend="eager"
+    )
+    for other in [lens, *others, torch.tensor([[1, 2, 0], [4, 4, 4]])]:
+        torch.testing.assert_close(compiled(q, k, v, other), mha(q, k, v, other, need_weights=need_weights))
