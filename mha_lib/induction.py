@@ -94,14 +94,12 @@ def make_repeated_batch(
     return torch.cat([first, first], dim=1)  # (B, half) -> (B, L)
 
 
-def _check_tokens(tokens: object, vocab_size: int | None = None, max_len: int | None = None) -> Tensor:
+def _check_tokens(tokens: object, vocab_size: int | None = None) -> Tensor:
     if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.is_floating_point() \
             or tokens.dtype == torch.bool or tokens.is_complex() or 0 in tokens.shape:
         got = (f"{tokens.dtype} of shape {tuple(tokens.shape)}" if isinstance(tokens, Tensor)
                else type(tokens).__name__)
         raise ValueError(f"tokens must be a non-empty integer tensor of shape (B, L), got {got}")
-    if max_len is not None and tokens.shape[1] > max_len:
-        raise ValueError(f"tokens may have at most max_len = {max_len} positions, got L = {tokens.shape[1]}")
     if vocab_size is not None and (tokens.min() < 0 or tokens.max() >= vocab_size):
         raise ValueError(
             f"tokens must be in [0, {vocab_size}), got values in [{int(tokens.min())}, {int(tokens.max())}]"
