@@ -401,3 +401,24 @@ def test_figures_reject_bad_arguments():
     ]:
         with pytest.raises(ValueError, match=match):
             call()
+
+
+def test_time_paired_refuses_a_timer_that_never_advances_instead_of_hanging():
+    calls = []
+    with pytest.raises(ValueError, match="timer did not advance"):
+        bench.time_paired({"a": lambda: calls.append(1)}, timer=lambda: 1.0)
+    assert len(calls) < 2**18  # it gave up after a bounded number of calls
+    clock = iter(range(100, 0, -1))
+    with pytest.raises(ValueError, match="timer must return increasing"):
+        bench.time_paired({"a": lambda: None}, timer=lambda: next(clock))
+
+
+@pytest.mark.parametrize(
+    "argv", [["--repeats", "-3"], ["--threads", "0"], ["--memory-lengths", "0"], ["--repeats", "x"]]
+)
+def test_command_line_rejects_bad_numbers_before_running(argv, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "benchmark", lambda *a, **k: pytest.fail("the benchmark ran"))
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(argv)
+    assert exit_info.value.code == 2  # argparse's usage error, not a traceback
+    assert "must be an integer >= 1" in capsys.readouterr().err or "x" in argv
