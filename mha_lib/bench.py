@@ -556,10 +556,17 @@ def benchmark(
     return rows
 
 
-def format_table(rows: Sequence[Row]) -> str:
-    """The ratio table as text: median [min-max] per cell, ``ok``/``MISS`` against targets."""
+def format_table(rows: Sequence[Row], *, targets: bool = False) -> str:
+    """The ratio table as text: median [min-max] per cell.
+
+    With ``targets`` (the command line's table) each header names the target of
+    :data:`TARGETS` and each cell says ``ok`` or ``MISS`` against it.
+    """
     _check_rows(rows, Row, "rows")
-    columns = [(a, b, t) for a, b, t in TARGETS if any((a, b) in r.ratios for r in rows)]
+    _check_bool(targets, "targets")
+    columns = [
+        (a, b, t if targets else None) for a, b, t in TARGETS if any((a, b) in r.ratios for r in rows)
+    ]
     head = ["(B, Lq, Lk, D, H)", "valid_lens"] + [
         f"{a}/{b}" + (f" <= {t:.2f}" if t is not None else "") for a, b, t in columns
     ]
@@ -984,7 +991,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     rows = benchmark(sizes, repeats=repeats, min_time=min_time, progress=progress)
     print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
-    print(format_table(rows), flush=True)
+    print(format_table(rows, targets=True), flush=True)
     if lengths:
         progress("memory ...")
         mrows = memory_table(lengths, **mem)

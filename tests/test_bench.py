@@ -164,7 +164,9 @@ def test_benchmark_rows_and_table():
         assert all(r == bench.Ratio(1.0, 1.0, 1.0) for r in row.ratios.values())
         assert row.seconds == dict.fromkeys(bench.CONTENDER_LABELS, 1.0)
         assert row.times == {name: [1.0, 1.0] for name in bench.CONTENDER_LABELS}
-    table = bench.format_table(rows)
+    plain = bench.format_table(rows)  # the chapter's table: ratios only
+    assert "<=" not in plain and " ok" not in plain and "MISS" not in plain
+    table = bench.format_table(rows, targets=True)  # the command line's
     lines = table.splitlines()
     assert len(lines) == 4 and "fast/limit <= 1.10" in lines[0] and "random" in lines[3]
     assert "1.00 [1.00-1.00] ok" in lines[2]  # 1.00 meets fast/limit <= 1.10
