@@ -300,3 +300,23 @@ def test_library_functions_name_their_arguments_instead_of_failing_deep_inside()
     haiku = HaikuStyleMultiheadAttention(8, 2)
     x = torch.randn(0, 3, 8)
     assert haiku(x, x, x)[0].shape == (0, 3, 8)  # an empty batch
+
+
+@SETTINGS
+@given(
+    st.integers(0, 3), st.integers(0, 4), st.integers(0, 4), st.integers(1, 3),
+    st.sampled_from([torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64]),
+)
+def test_heads_helpers_property(B, L, d, H, dtype):
+    """Round trips hold for every size, zeros included; non-float tensors are refused by name."""
+    X = (torch.arange(B * L * H * d) % 7).reshape(B, L, H * d).to(dtype)
+    if not X.is_floating_point():
+        with pytest.raises(ValueError, match="X must be a floating-point tensor"):
+            split_heads(X, H)
+        return
+    assert torch.equal(merge_heads(split_heads(X, H)), X)
+    assert torch.equal(transpose_output(transpose_qkv(X, H), H), X)
+    assert split_heads(X, H).shape == (B, H, L, d) and transpose_qkv(X, H).shape == (B * H, L, d)
+    if H > 1 and d:
+        with pytest.raises(ValueError, match="must be divisible by num_heads"):
+            split_heads(X[..., 1:], H)
