@@ -409,12 +409,8 @@ def time_paired(
         for fn in fns.values():
             for _ in range(warmup):
                 fn()
-        slowest = 0.0
-        for fn in fns.values():
-            start = timer()
-            fn()
-            slowest = max(slowest, timer() - start)
-        number = max(1, math.ceil(min_time / blocks / max(slowest, 1e-9)))
+        slowest = max(_seconds_per_call(fn, timer) for fn in fns.values())
+        number = max(1, math.ceil(min_time / blocks / slowest))
         times: dict[str, list[float]] = {name: [] for name in names}
         for r in range(repeats):
             shift = r % len(names)
@@ -430,6 +426,31 @@ def time_paired(
             for name in names:
                 times[name].append(best[name])
     return times
+
+
+def _seconds_per_call(fn: Callable[[], object], timer: Callable[[], float], max_calls: int = 2**16) -> float:
+    """Seconds one call of ``fn`` takes, calling it 1, 2, 4, ... times until ``timer`` advances.
+
+    Raises:
+        ValueError: the timer returns no number, runs backwards, or has not advanced after
+            ``max_calls`` calls (a clock that never moves would otherwise ask for endless calls).
+    """
+    calls = 1
+    while True:
+        start = timer()
+        for _ in range(calls):
+            fn()
+        elapsed = timer() - start
+        if not isinstance(elapsed, numbers.Real) or not math.isfinite(elapsed) or elapsed < 0:
+            raise ValueError(f"timer must return increasing finite seconds, got a difference of {elapsed!r}")
+        if elapsed > 0:
+            return elapsed / calls
+        if calls >= max_calls:
+            raise ValueError(
+                f"timer did not advance during {calls} calls: pass a clock that measures time, "
+                "such as time.perf_counter"
+            )
+        calls *= 2
 
 
 @dataclass(frozen=True)
@@ -535,10 +556,17 @@ def benchmark(
     return rows
 
 
-def format_table(rows: Sequence[Row]) -> str:
-    """The ratio table as text: median [min-max] per cell, ``ok``/``MISS`` against targets."""
+def format_table(rows: Sequence[Row], *, targets: bool = False) -> str:
+    """The ratio table as text: median [min-max] per cell.
+
+    With ``targets`` (the command line's table) each header names the target of
+    :data:`TARGETS` and each cell says ``ok`` or ``MISS`` against it.
+    """
     _check_rows(rows, Row, "rows")
-    columns = [(a, b, t) for a, b, t in TARGETS if any((a, b) in r.ratios for r in rows)]
+    _check_bool(targets, "targets")
+    columns = [
+        (a, b, t if targets else None) for a, b, t in TARGETS if any((a, b) in r.ratios for r in rows)
+    ]
     head = ["(B, Lq, Lk, D, H)", "valid_lens"] + [
         f"{a}/{b}" + (f" <= {t:.2f}" if t is not None else "") for a, b, t in columns
     ]
@@ -898,6 +926,13 @@ def _parse_min_time(text: str) -> float:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _parse_positive_int(text: str) -> int:
+    try:
+        return check_positive_int(int(text), "the value")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+
+
 def _parse_sizes(text: str) -> Sizes:
     try:
         values = [int(v) for v in text.replace("(", "").replace(")", "").split(",")]
@@ -919,21 +954,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--size", type=_parse_sizes, action="append", metavar="B,Lq,Lk,D,H",
         help="a problem size (repeatable); default: the three sizes of the chapter",
     )
-    parser.add_argument("--repeats", type=int, default=None, help="ratios per cell (default 9)")
+    parser.add_argument(
+        "--repeats", type=_parse_positive_int, default=None, help="ratios per cell (default 9)"
+    )
     parser.add_argument(
         "--min-time", type=_parse_min_time, default=None,
         help="seconds the slowest contender runs per repetition (default 0.2)",
     )
     parser.add_argument(
-        "--memory-lengths", type=int, nargs="*", default=None, metavar="L",
+        "--memory-lengths", type=_parse_positive_int, nargs="*", default=None, metavar="L",
         help="sequence lengths of the memory table (default 256 512 1024 2048; none to skip)",
     )
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument(
+        "--threads", type=_parse_positive_int, default=None, help="torch.set_num_threads"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
     args = parser.parse_args(argv)
 
     if args.threads is not None:
-        torch.set_num_threads(check_positive_int(args.threads, "--threads"))
+        torch.set_num_threads(args.threads)
     sizes = args.size or (QUICK_SIZES if args.quick else FULL_SIZES)
     repeats = args.repeats or (3 if args.quick else 9)
     min_time = args.min_time if args.min_time is not None else (0.01 if args.quick else 0.2)
@@ -952,7 +991,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     rows = benchmark(sizes, repeats=repeats, min_time=min_time, progress=progress)
     print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
-    print(format_table(rows), flush=True)
+    print(format_table(rows, targets=True), flush=True)
     if lengths:
         progress("memory ...")
         mrows = memory_table(lengths, **mem)

@@ -61,6 +61,10 @@ def attention_entropy(weights: Tensor, valid_lens: Tensor | Sequence[float] | No
     """
     check_tensor(weights, "weights", 4)
     B, H, Lq, Lk = weights.shape
+    if B * Lq == 0:
+        raise ValueError(
+            f"weights have no query rows (shape {tuple(weights.shape)}): the mean entropy is undefined"
+        )
     if not torch.isfinite(weights).all():
         raise ValueError("weights must be finite, got NaN or inf entries")
     if (weights < 0).any():
@@ -81,7 +85,9 @@ def attention_entropy(weights: Tensor, valid_lens: Tensor | Sequence[float] | No
     # padding (as keys) are exactly the real queries.
     real = padding_to_keep(padding_mask_from_valid_lens(valid_lens, Lq))  # (B,) -> (B, Lq), True = real
     real = real[:, None, :].to(weights.dtype)  # (B, Lq) -> (B, 1, Lq)
-    return (row_entropy * real).sum(dim=(0, 2)) / real.sum(dim=(0, 2)).clamp(min=1)
+    if not real.any():
+        raise ValueError("valid_lens marks no real query (all 0): the mean entropy is undefined")
+    return (row_entropy * real).sum(dim=(0, 2)) / real.sum(dim=(0, 2))
 
 
 def head_gates(num_heads: int, removed: Iterable[int] = ()) -> Tensor:
@@ -103,7 +109,7 @@ def ablation_accuracies(model: nn.Module, batch: TaskBatch) -> Tensor:
     Returns:
         (H,): entry ``h`` is the accuracy without head ``h``.
     """
-    H = model.num_heads
+    H = _check_model_and_batch(model, batch)
     return torch.tensor([accuracy(model, batch, head_gates(H, [h])) for h in range(H)])
 
 
@@ -122,7 +128,8 @@ def gradient_importance(model: nn.Module, batch: TaskBatch) -> Tensor:
     Returns:
         (H,) non-negative importances.
     """
-    gates = torch.ones(len(batch), model.num_heads, requires_grad=True)  # (B, H)
+    H = _check_model_and_batch(model, batch)
+    gates = torch.ones(len(batch), H, requires_grad=True)  # (B, H)
     with eval_mode(model):
         logits = model(batch.tokens, batch.valid_lens, head_mask=gates)
     per_example = loss_fn(logits, batch.targets, reduction="per_example")  # (B,)
@@ -132,7 +139,7 @@ def gradient_importance(model: nn.Module, batch: TaskBatch) -> Tensor:
 
 def ranks(x: Tensor) -> Tensor:
     """1-based ranks of a 1-D tensor, ties sharing their average rank: ``[10, 30, 20, 20] -> [1, 4, 2.5, 2.5]``."""
-    x = torch.as_tensor(x, dtype=torch.float64)
+    x = _check_scores(x, "x", min_len=0)
     less = (x[None, :] < x[:, None]).sum(dim=1)  # how many are smaller than each entry
     equal = (x[None, :] == x[:, None]).sum(dim=1)  # how many are equal (itself included)
     return less + (equal + 1) / 2
@@ -142,18 +149,48 @@ def spearman(a: Tensor | Sequence[float], b: Tensor | Sequence[float]) -> float:
     """Spearman rank correlation: the Pearson correlation of the (tie-averaged) ranks.
 
     Raises:
-        ValueError: a and b not 1-D of the same length >= 2, or one of them constant.
+        ValueError: a and b not 1-D finite numbers of the same length >= 2, or one of them
+            constant.
     """
-    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
-    if a.dim() != 1 or a.shape != b.shape or a.numel() < 2:
-        raise ValueError(
-            f"a and b must be 1-D with the same length >= 2, got shapes {tuple(a.shape)} and {tuple(b.shape)}"
-        )
+    a, b = _check_scores(a, "a", min_len=2), _check_scores(b, "b", min_len=2)
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must have the same length, got {a.numel()} and {b.numel()}")
     ra, rb = ranks(a) - ranks(a).mean(), ranks(b) - ranks(b).mean()
     denom = ra.norm() * rb.norm()
     if denom == 0:
         raise ValueError("spearman is undefined when a or b is constant (all ranks tie)")
     return float((ra @ rb) / denom)
+
+
+def _check_scores(x: object, name: str, min_len: int) -> Tensor:
+    """Return ``x`` as a 1-D float64 tensor of finite real numbers with ``min_len`` entries or more."""
+    try:
+        t = torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{name} must be a 1-D tensor or list of numbers: {err}") from None
+    if t.dtype == torch.bool or t.is_complex() or t.dim() != 1 or t.numel() < min_len:
+        raise ValueError(
+            f"{name} must be 1-D real numbers with at least {min_len} entries, "
+            f"got dtype {t.dtype} and shape {tuple(t.shape)}"
+        )
+    t = t.to(torch.float64)
+    if not torch.isfinite(t).all():
+        raise ValueError(f"{name} must be finite (a NaN has no rank), got {t.tolist()}")
+    return t
+
+
+def _check_model_and_batch(model: object, batch: object) -> int:
+    """Check a model with ``num_heads`` heads and a TaskBatch; return H."""
+    if not isinstance(model, nn.Module) or not isinstance(getattr(model, "num_heads", None), int):
+        raise ValueError(
+            f"model must be a torch.nn.Module with an integer num_heads (like DigitAttentionModel), "
+            f"got {type(model).__name__}"
+        )
+    if not isinstance(batch, TaskBatch):
+        raise ValueError(f"batch must be a mha_lib.tasks.TaskBatch, got {type(batch).__name__}")
+    if len(batch) == 0:
+        raise ValueError("batch must hold at least one example, got an empty batch")
+    return model.num_heads
 
 
 def _check_heads(heads: Iterable[int], num_heads: int, *, allow_all: bool = False) -> list[int]:
@@ -250,6 +287,11 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
 
 def prune_model(model: nn.Module, heads: Iterable[int]) -> nn.Module:
     """A copy of ``model`` whose ``attention`` layer has the given heads pruned away."""
+    if not isinstance(model, nn.Module) or not isinstance(getattr(model, "attention", None), MultiHeadAttention):
+        raise ValueError(
+            "model must be a torch.nn.Module whose attention layer is a MultiHeadAttention, "
+            f"got {type(model).__name__}"
+        )
     smaller = copy.deepcopy(model)
     smaller.attention = prune_heads(model.attention, heads)
     return smaller
@@ -262,7 +304,7 @@ def pruning_curve(model: nn.Module, batch: TaskBatch, order: Sequence[int]) -> l
         ``H`` accuracies: with all heads, then without ``order[0]``, then without
         ``order[:2]``, ..., down to the single head ``order[H-1]``.
     """
-    H = model.num_heads
+    H = _check_model_and_batch(model, batch)
     order = _check_heads(order, H, allow_all=True)
     if len(order) != H:
         raise ValueError(f"order must list every one of the {H} heads once, got {order}")
@@ -284,6 +326,10 @@ def pruned_speedups(
     Returns:
         One :class:`~mha_lib.bench.Ratio` (median, min, max over repetitions) per other model.
     """
+    if isinstance(others, nn.Module) or not isinstance(others, Sequence):
+        raise ValueError(f"others must be a sequence of models, got {type(others).__name__}")
+    for m in (reference, *others):
+        _check_model_and_batch(m, batch)
     models = [reference, *others]
     with ExitStack() as stack:
         for m in models:

@@ -52,7 +52,7 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     return torch_mha.train(mha.training)
 
 
-def torch_attn_mask(valid_lens: Tensor, num_heads: int, num_queries: int, num_keys: int) -> Tensor:
+def _torch_attn_mask(valid_lens: Tensor, num_heads: int, num_queries: int, num_keys: int) -> Tensor:
     """``attn_mask`` for ``nn.MultiheadAttention`` (``True`` = masked) from checked valid lengths.
 
     Shapes:

@@ -77,8 +77,11 @@ class DigitAttentionModel(nn.Module):
 
     def embed(self, tokens: Tensor) -> Tensor:
         """The attention layer's input: token plus position embeddings, (B, L) -> (B, L, D)."""
-        if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
-            got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+        if (
+            not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.is_floating_point()
+            or tokens.is_complex() or tokens.dtype == torch.bool
+        ):
+            got = f"{tokens.dtype} of shape {tuple(tokens.shape)}" if isinstance(tokens, Tensor) else type(tokens).__name__
             raise ValueError(f"tokens must be an integer tensor of shape (B, L), got {got}")
         L = tokens.shape[1]
         if L > self.config.max_len:
@@ -89,6 +92,7 @@ class DigitAttentionModel(nn.Module):
                 f"got values in [{int(tokens.min())}, {int(tokens.max())}]"
             )
         positions = torch.arange(L, device=tokens.device)  # (L,)
+        tokens = tokens.long()  # nn.Embedding takes int64 (uint8, int16, ... are fine too)
         return self.token_embedding(tokens) + self.position_embedding(positions)  # (B, L, D)
 
     def forward(
@@ -120,6 +124,11 @@ def checkpoint(model: DigitAttentionModel, **extra: Any) -> dict:
 
 def from_checkpoint(ckpt: dict) -> DigitAttentionModel:
     """Rebuild a model from :func:`checkpoint`'s dict (in eval mode)."""
+    if not isinstance(ckpt, dict) or not {"config", "state_dict"} <= ckpt.keys():
+        raise ValueError(
+            "ckpt must be a dict with 'config' and 'state_dict' (as checkpoint() makes), "
+            f"got {type(ckpt).__name__}"
+        )
     model = DigitAttentionModel(ModelConfig(**ckpt["config"]))
     model.load_state_dict(ckpt["state_dict"])
     return model.eval()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mha_lib._checks import check_positive_int
+from mha_lib._checks import check_positive_int, check_size
 
 VOCAB_SIZE = 10
 """V: the digits 0..9."""
@@ -66,14 +66,42 @@ def targets_for(tokens: Tensor, valid_lens: Tensor, vocab_size: int = VOCAB_SIZE
     Returns:
         ``(tokens[b, i-1] + tokens[b, valid_lens[b]-1]) % vocab_size`` for ``1 <= i < valid_lens[b]``,
         ``IGNORE_INDEX`` elsewhere.
+
+    Raises:
+        ValueError: tokens not a (B, L) integer tensor, valid_lens not (B,) integers in
+            [0, L], or vocab_size not an integer >= 1.
     """
+    tokens, valid_lens = _check_tokens_and_lens(tokens, valid_lens, vocab_size)  # as int64
     B, L = tokens.shape
-    positions = torch.arange(L)  # (L,)
+    positions = torch.arange(L, device=tokens.device)  # (L,)
     last = tokens.gather(1, (valid_lens - 1).clamp(min=0)[:, None])  # (B,) -> (B, 1)
     previous = torch.cat([torch.zeros_like(tokens[:, :1]), tokens[:, :-1]], dim=1)  # (B, L)
     targets = (previous + last) % vocab_size  # (B, L)
     labelled = (positions >= 1) & (positions < valid_lens[:, None])  # (B, L)
     return targets.masked_fill(~labelled, IGNORE_INDEX)
+
+
+def _check_tokens_and_lens(
+    tokens: object, valid_lens: object, vocab_size: object
+) -> tuple[Tensor, Tensor]:
+    """The checks of :func:`targets_for`; returns tokens and valid_lens as int64."""
+    check_positive_int(vocab_size, "vocab_size")
+    for name, x, ndim in (("tokens", tokens, 2), ("valid_lens", valid_lens, 1)):
+        if (
+            not isinstance(x, Tensor) or x.dim() != ndim or x.is_floating_point()
+            or x.is_complex() or x.dtype == torch.bool
+        ):
+            got = f"{x.dtype} of shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+            want = "(B, L)" if ndim == 2 else "(B,)"
+            raise ValueError(f"{name} must be an integer tensor of shape {want}, got {got}")
+    B, L = tokens.shape
+    if L == 0:
+        raise ValueError(f"tokens must have at least one position, got shape {tuple(tokens.shape)}")
+    if valid_lens.shape != (B,):
+        raise ValueError(f"valid_lens must have shape (B,) = ({B},), got {tuple(valid_lens.shape)}")
+    if B and (valid_lens.min() < 0 or valid_lens.max() > L):
+        raise ValueError(f"valid_lens must be in [0, L = {L}], got {valid_lens.tolist()}")
+    return tokens.long(), valid_lens.to(tokens.device).long()
 
 
 def make_batch(
@@ -120,4 +148,7 @@ def make_batch(
 
 def token_labels(tokens: Tensor, valid_len: int) -> list[str]:
     """Axis labels for one example: ``"0:3", "1:1", ...`` (position:digit), ``"i:pad"`` past ``valid_len``."""
+    if not isinstance(tokens, Tensor) or tokens.dim() != 1:
+        raise ValueError(f"tokens must be a 1-D tensor (one example), got {type(tokens).__name__}")
+    check_size(valid_len, "valid_len")
     return [f"{i}:{int(t)}" if i < valid_len else f"{i}:pad" for i, t in enumerate(tokens)]

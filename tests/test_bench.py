@@ -164,7 +164,9 @@ def test_benchmark_rows_and_table():
         assert all(r == bench.Ratio(1.0, 1.0, 1.0) for r in row.ratios.values())
         assert row.seconds == dict.fromkeys(bench.CONTENDER_LABELS, 1.0)
         assert row.times == {name: [1.0, 1.0] for name in bench.CONTENDER_LABELS}
-    table = bench.format_table(rows)
+    plain = bench.format_table(rows)  # the chapter's table: ratios only
+    assert "<=" not in plain and " ok" not in plain and "MISS" not in plain
+    table = bench.format_table(rows, targets=True)  # the command line's
     lines = table.splitlines()
     assert len(lines) == 4 and "fast/limit <= 1.10" in lines[0] and "random" in lines[3]
     assert "1.00 [1.00-1.00] ok" in lines[2]  # 1.00 meets fast/limit <= 1.10
@@ -401,3 +403,24 @@ def test_figures_reject_bad_arguments():
     ]:
         with pytest.raises(ValueError, match=match):
             call()
+
+
+def test_time_paired_refuses_a_timer_that_never_advances_instead_of_hanging():
+    calls = []
+    with pytest.raises(ValueError, match="timer did not advance"):
+        bench.time_paired({"a": lambda: calls.append(1)}, timer=lambda: 1.0)
+    assert len(calls) < 2**18  # it gave up after a bounded number of calls
+    clock = iter(range(100, 0, -1))
+    with pytest.raises(ValueError, match="timer must return increasing"):
+        bench.time_paired({"a": lambda: None}, timer=lambda: next(clock))
+
+
+@pytest.mark.parametrize(
+    "argv", [["--repeats", "-3"], ["--threads", "0"], ["--memory-lengths", "0"], ["--repeats", "x"]]
+)
+def test_command_line_rejects_bad_numbers_before_running(argv, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "benchmark", lambda *a, **k: pytest.fail("the benchmark ran"))
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(argv)
+    assert exit_info.value.code == 2  # argparse's usage error, not a traceback
+    assert "must be an integer >= 1" in capsys.readouterr().err or "x" in argv

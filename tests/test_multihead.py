@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mha_lib import MultiHeadAttention, padding_mask_from_valid_lens
-from mha_lib.interop import to_torch_mha, torch_attn_mask
+from mha_lib.interop import _torch_attn_mask, to_torch_mha
 
 
 def test_d2l_toy_test_verbatim():
@@ -53,7 +53,7 @@ def test_agrees_with_torch_for_causal_2d_valid_lens_and_distinct_sizes():
     k, v = torch.randn(B, L, 3), torch.randn(B, L, 5)
     causal = torch.arange(1, L + 1).repeat(B, 1)  # (B, Lq): query i sees keys 0..i
     out, weights = mha(q, k, v, causal, need_weights=True)
-    ref_out, _ = to_torch_mha(mha)(q, k, v, attn_mask=torch_attn_mask(causal, 4, L, L))
+    ref_out, _ = to_torch_mha(mha)(q, k, v, attn_mask=_torch_attn_mask(causal, 4, L, L))
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
     assert (weights.triu(diagonal=1) == 0).all()
 

@@ -236,3 +236,87 @@ def test_compile_fullgraph_with_valid_lengths(need_weights):
     )
     for other in [lens, *others, torch.tensor([[1, 2, 0], [4, 4, 4]])]:
         torch.testing.assert_close(compiled(q, k, v, other), mha(q, k, v, other, need_weights=need_weights))
+
+
+@SETTINGS
+@given(
+    st.integers(0, 3), st.integers(0, 3), st.integers(0, 4),
+    st.sampled_from([torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.bool]),
+    st.sampled_from([None, "per_example", "per_query"]), st.booleans(), st.integers(0, 2**16),
+)
+def test_masked_softmax_property(B, Lq, Lk, dtype, kind, poke, seed):
+    """A clear ValueError for non-float scores; otherwise masked entries exactly 0, rows that
+    keep a key sum to 1, rows that keep none are 0, and a NaN touches only its own row."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(B, Lq, Lk, generator=g).to(dtype)
+    shape = {None: None, "per_example": (B,), "per_query": (B, Lq)}[kind]
+    lens = None if shape is None else torch.randint(0, Lk + 1, shape, generator=g)
+    if not X.is_floating_point():
+        with pytest.raises(ValueError, match="X must be a floating-point tensor"):
+            masked_softmax(X, lens)
+        return
+    if poke and X.numel():
+        X.view(-1)[0] = float("nan")
+    W = masked_softmax(X, lens)
+    assert W.shape == X.shape and W.dtype == dtype
+    n = torch.full((B, Lq), Lk) if lens is None else (lens[:, None].expand(B, Lq) if lens.dim() == 1 else lens)
+    keep = torch.arange(Lk) < n[..., None]
+    nan_row = torch.zeros(B, Lq, dtype=torch.bool)
+    if poke and X.numel():
+        nan_row[0, 0] = bool(keep[0, 0, 0])
+    assert torch.equal(W.isnan().any(-1), nan_row)
+    ok = ~nan_row
+    assert (W[ok].masked_fill(keep[ok], 0) == 0).all()
+    sums = W[ok].float().sum(-1)
+    torch.testing.assert_close(sums, (n[ok] > 0).float(), atol=1e-2, rtol=0)
+
+
+def test_library_functions_name_their_arguments_instead_of_failing_deep_inside():
+    from mha_lib import models, tasks, training
+    from mha_lib.importance import ablation_accuracies, attention_entropy, gradient_importance, ranks, spearman
+    from mha_lib.variants import HaikuStyleMultiheadAttention, scaled_dot_product
+
+    cases = [
+        (lambda: spearman([1, float("nan"), 3], [1, 2, 3]), "a must be finite"),
+        (lambda: ranks([1.0, float("inf")]), "x must be finite"),
+        (lambda: attention_entropy(torch.zeros(2, 2, 0, 3)), "no query rows"),
+        (lambda: attention_entropy(torch.full((1, 1, 2, 2), 0.5), torch.tensor([0])), "no real query"),
+        (lambda: ablation_accuracies(None, None), "model must be a torch.nn.Module"),
+        (lambda: gradient_importance(models.DigitAttentionModel(), None), "batch must be a mha_lib.tasks.TaskBatch"),
+        (lambda: scaled_dot_product(torch.randn(2, 3, 0), torch.randn(2, 3, 0), torch.randn(2, 3, 4)), "d >= 1"),
+        (lambda: models.DigitAttentionModel()(torch.zeros(1, 3, dtype=torch.bool)), "tokens must be an integer"),
+        (lambda: models.from_checkpoint(None), "ckpt must be a dict"),
+        (lambda: training.loss_fn(None, None), "logits must be a torch.Tensor"),
+        (lambda: training.loss_fn(torch.randn(1, 2, 3), torch.zeros(1, 2)), "targets must be int64"),
+        (lambda: tasks.token_labels(None, 3), "tokens must be a 1-D tensor"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+    model = models.DigitAttentionModel().eval()
+    tokens = torch.tensor([[1, 2, 3, 10]])
+    torch.testing.assert_close(model(tokens.int(), torch.tensor([3])), model(tokens, torch.tensor([3])))
+    assert model(tokens[:0], torch.zeros(0, dtype=torch.long)).shape == (0, 4, 10)
+    haiku = HaikuStyleMultiheadAttention(8, 2)
+    x = torch.randn(0, 3, 8)
+    assert haiku(x, x, x)[0].shape == (0, 3, 8)  # an empty batch
+
+
+@SETTINGS
+@given(
+    st.integers(0, 3), st.integers(0, 4), st.integers(0, 4), st.integers(1, 3),
+    st.sampled_from([torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64]),
+)
+def test_heads_helpers_property(B, L, d, H, dtype):
+    """Round trips hold for every size, zeros included; non-float tensors are refused by name."""
+    X = (torch.arange(B * L * H * d) % 7).reshape(B, L, H * d).to(dtype)
+    if not X.is_floating_point():
+        with pytest.raises(ValueError, match="X must be a floating-point tensor"):
+            split_heads(X, H)
+        return
+    assert torch.equal(merge_heads(split_heads(X, H)), X)
+    assert torch.equal(transpose_output(transpose_qkv(X, H), H), X)
+    assert split_heads(X, H).shape == (B, H, L, d) and transpose_qkv(X, H).shape == (B * H, L, d)
+    if H > 1 and d:
+        with pytest.raises(ValueError, match="must be divisible by num_heads"):
+            split_heads(X[..., 1:], H)

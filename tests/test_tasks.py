@@ -62,3 +62,24 @@ def test_make_batch_rejects_bad_input(kwargs, match):
 
 def test_token_labels():
     assert token_labels(torch.tensor([7, 2, PAD]), 2) == ["0:7", "1:2", "2:pad"]
+
+
+def test_targets_for_checks_its_arguments_and_takes_any_integer_dtype():
+    import pytest
+
+    from mha_lib.tasks import targets_for
+
+    tokens, lens = torch.tensor([[1, 2, 3, 10]]), torch.tensor([3])
+    want = targets_for(tokens, lens)
+    torch.testing.assert_close(targets_for(tokens.to(torch.uint8), lens.int()), want)
+    for args, message in [
+        ((tokens.float(), lens), "tokens must be an integer tensor of shape \\(B, L\\)"),
+        ((tokens, None), "valid_lens must be an integer tensor"),
+        ((tokens, torch.tensor([5])), r"valid_lens must be in \[0, L = 4\]"),
+        ((tokens, torch.tensor([1, 2])), r"valid_lens must have shape \(B,\) = \(1,\)"),
+        ((tokens[:, :0], lens), "at least one position"),
+        ((tokens, lens, 0), "vocab_size must be an integer >= 1"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            targets_for(*args)
+    assert targets_for(tokens[:0], lens[:0]).shape == (0, 4)

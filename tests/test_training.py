@@ -40,7 +40,7 @@ def test_retraining_from_scratch_reaches_the_target(examples):
 
 
 def test_training_is_deterministic():
-    config = TrainConfig(steps=25, batch_size=16, model=ModelConfig(num_hiddens=16, num_heads=2, mlp_hiddens=16))
+    config = TrainConfig(steps=25, batch_size=16, warmup=5, model=ModelConfig(num_hiddens=16, num_heads=2, mlp_hiddens=16))
     a, b = train(config, progress=False), train(config, progress=False)
     assert a.losses == b.losses
     for (name, x), (_, y) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
@@ -126,9 +126,48 @@ def test_accuracy_counts_labelled_positions_only():
     assert accuracy(Fixed(), batch) == pytest.approx(2 / 3)
 
 
-def test_train_rejects_bad_config():
-    with pytest.raises(ValueError, match="config.steps"):
-        train(TrainConfig(steps=0), progress=False)
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(steps=0), "steps must be an integer >= 1"),
+        (dict(warmup=-5), "warmup must be an integer >= 0"),
+        (dict(steps=10, warmup=20), "warmup must be <= steps = 10"),
+        (dict(lr=0.0), "lr must be > 0"),
+        (dict(lr=float("nan")), "lr must be a finite number"),
+        (dict(weight_decay=-0.1), "weight_decay must be >= 0"),
+        (dict(seed=-1), "seed must be an integer >= 0"),
+        (dict(num_threads=0), "num_threads must be an integer >= 1"),
+        (dict(model=None), "model must be a ModelConfig"),
+    ],
+)
+def test_train_config_rejects_bad_fields_instead_of_clamping(fields, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**fields)
+
+
+def test_train_rejects_what_is_not_a_config():
+    with pytest.raises(ValueError, match="config must be a TrainConfig"):
+        train({"steps": 3}, progress=False)
+
+
+def test_save_pretrained_writes_only_where_asked_and_never_overwrites_silently(tmp_path, monkeypatch):
+    from mha_lib import training
+
+    with pytest.raises(ValueError, match="path must be a file name"):
+        training.save_pretrained(None)
+    existing = tmp_path / "model.pt"
+    existing.write_bytes(b"keep me")
+    with pytest.raises(ValueError, match="exists: pass overwrite=True"):
+        training.save_pretrained(existing)  # refused before any training
+    assert existing.read_bytes() == b"keep me"
+    with pytest.raises(SystemExit):
+        training.main([])  # the output path is required
+    with pytest.raises(SystemExit):
+        training.main([str(existing)])  # argparse error, not a traceback
+    config = TrainConfig(steps=2, batch_size=4, warmup=1, model=ModelConfig(num_hiddens=8, num_heads=2, mlp_hiddens=8))
+    monkeypatch.setattr(training, "held_out_set", lambda: training.make_batch(8, generator=torch.Generator().manual_seed(0)))
+    training.save_pretrained(tmp_path / "new" / "model.pt", config)
+    assert (tmp_path / "new" / "model.pt").stat().st_size > 0
 
 
 def test_learning_rate_factor_warms_up_then_decays_to_zero():

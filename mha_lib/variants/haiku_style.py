@@ -43,7 +43,7 @@ def scaled_dot_product(
     Raises:
         ValueError: an operand that is not a floating-point tensor with at least 2 dimensions,
             operands of different dtypes or devices, q and k with different sizes d, k and v
-            with different lengths Lk, leading axes that do not broadcast, or a bad ``keep``.
+            with different lengths Lk, leading axes that do not broadcast, d = 0, or a bad ``keep``.
     """
     _check_operands(q, k, v)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Lq, Lk)
@@ -74,6 +74,8 @@ def _check_operands(q: Tensor, k: Tensor, v: Tensor) -> None:
             f"q and k must have the same size d, got {q.shape[-1]} and {k.shape[-1]} "
             f"(shapes {tuple(q.shape)} and {tuple(k.shape)})"
         )
+    if q.shape[-1] == 0:
+        raise ValueError("q and k must have at least one feature (d >= 1), got d = 0")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(
             f"k and v must have the same length Lk, got {k.shape[-2]} and {v.shape[-2]}"
@@ -134,7 +136,7 @@ class HaikuStyleMultiheadAttention(nn.Module):
             keep = keep[:, None]  # (B, Lq, Lk) -> (B, 1, Lq, Lk): the same mask for every head
         q, k, v = [
             # (B, L, D) -> (B, L, H, d) -> (B, H, L, d)
-            lin(t).reshape(batch_size, -1, self.num_heads, self.d_k).transpose(1, 2)
+            lin(t).reshape(batch_size, t.shape[1], self.num_heads, self.d_k).transpose(1, 2)
             for lin, t in zip(self.lin_projs, (q, k, v))
         ]
         values, attention = scaled_dot_product(q, k, v, keep)  # (B, H, Lq, d), (B, H, Lq, Lk)
