@@ -28,8 +28,8 @@ def test_chapter_carries_the_python3_kernelspec(path):
 def test_clean_sets_kernel_metadata_as_jupyterlab_stores_it():
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "other", "display_name": "X"}})
     notebooks.clean(nb)
-    assert nb.metadata.kernelspec == {"display_name": "Python 3", "language": "python",
-                                      "name": "python3"}
+    assert nb.metadata.kernelspec == {"display_name": "Python 3 (ipykernel)",
+                                      "language": "python", "name": "python3"}
     assert nb.metadata.language_info["name"] == "python"
     assert nb.metadata.language_info["codemirror_mode"] == {"name": "ipython", "version": 3}
 
