@@ -6,9 +6,10 @@ STAMP := .venv/.installed
 BUILD := _build/html
 CHAPTERS := $(wildcard chapters/*.ipynb)
 
-.PHONY: help venv chromium book test unit nbval browser assignments student clean
+.PHONY: help venv lab chromium book test unit nbval browser assignments student clean
 
 help:
+	@echo "make lab      open the chapters in JupyterLab (creates .venv and installs first)"
 	@echo "make book     build the website into $(BUILD) (creates .venv and installs first)"
 	@echo "make test     unit tests, nbval on every chapter, -W book build, browser tests"
 	@echo "make assignments  nbgrader course in course/: source, release (see teaching.md)"
@@ -21,6 +22,11 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $@
 
 venv: $(STAMP)
+
+# The notebooks, live, in JupyterLab (jupyterlab-myst renders the book's MyST markup).
+# JupyterLab refuses to run as root without --allow-root.
+lab: venv
+	.venv/bin/jupyter lab --ServerApp.root_dir=chapters $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # Debian's Chromium for the browser tests: installed when missing and we are root.
 chromium:

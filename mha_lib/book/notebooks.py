@@ -4,24 +4,45 @@ Usage::
 
     python -m mha_lib.book.notebooks chapters/03_implementation.ipynb ...   # run and clean
     python -m mha_lib.book.notebooks --check chapters/*.ipynb               # only check
+    python -m mha_lib.book.notebooks --metadata-only chapters/*.ipynb       # kernelspec only
 
 A cell keeps its outputs when every output is a stream or plain text, the cell is not tagged
 ``remove-output`` and has no ``NBVAL_IGNORE_OUTPUT`` marker, and the text is short. Any other
 cell (a plotly figure, a widget, a timing) is stored unexecuted (``execution_count: null``),
 which nbval reads as "run it, but do not compare its outputs". The website build executes
 every notebook afresh, so nothing is lost there.
+
+Every notebook gets the Python 3 kernelspec and the ``language_info`` that JupyterLab's
+python3 kernel reports, exactly as JupyterLab stores them, so that Jupyter neither asks which
+kernel to use nor marks a freshly opened notebook as modified.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import platform
 import sys
 from pathlib import Path
 
 MAX_TEXT_CHARS = 3000
 MAX_NOTEBOOK_BYTES = 200_000
 TEXT_DATA = {"text/plain"}
+# What JupyterLab 4.6 stores once ipykernel's python3 kernel has started (checked by saving a
+# notebook there): anything else, even display_name "Python 3", marks the notebook modified.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+def language_info() -> dict:
+    """The ``language_info`` an ipykernel running this Python reports (and JupyterLab stores)."""
+    return {
+        "codemirror_mode": {"name": "ipython", "version": 3},
+        "file_extension": ".py",
+        "mimetype": "text/x-python",
+        "name": "python",
+        "nbconvert_exporter": "python",
+        "pygments_lexer": "ipython3",
+        "version": platform.python_version(),
+    }
 
 
 def _text_only(output: dict) -> bool:
@@ -50,10 +71,16 @@ def keeps_outputs(cell) -> bool:
     return all(_text_only(o) for o in outputs) and sum(map(_output_chars, outputs)) <= MAX_TEXT_CHARS
 
 
+def set_kernel_metadata(nb) -> None:
+    """Give a notebook the python3 kernelspec and this Python's ``language_info``, in place."""
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.metadata["language_info"] = language_info()
+
+
 def clean(nb) -> None:
-    """Strip bulky outputs and volatile metadata from a notebook, in place."""
+    """Strip bulky outputs and volatile metadata from a notebook, in place; set the kernel."""
     nb.metadata.pop("widgets", None)
-    nb.metadata.get("kernelspec", {}).update(name="python3", display_name="Python 3")
+    set_kernel_metadata(nb)
     for cell in nb.cells:
         cell.get("metadata", {}).pop("execution", None)
         if cell.cell_type != "code":
@@ -97,7 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--check", action="store_true", help="only report problems")
+    parser.add_argument("--metadata-only", action="store_true",
+                        help="only set the kernelspec and language_info (no execution)")
     args = parser.parse_args(argv)
+    if args.metadata_only:
+        import nbformat
+
+        for path in args.notebooks:
+            nb = nbformat.read(path, as_version=4)
+            set_kernel_metadata(nb)
+            nbformat.write(nb, path)
+        print(f"{len(args.notebooks)} notebooks carry the python3 kernelspec")
+        return 0
     if args.check:
         found = [p for path in args.notebooks for p in problems(path)]
         print("\n".join(found) or f"{len(args.notebooks)} notebooks are clean")

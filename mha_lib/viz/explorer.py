@@ -4,6 +4,14 @@ Needs a running Jupyter kernel (the website shows :mod:`mha_lib.viz.static_explo
 Every change of a control runs :class:`mha_lib.MultiHeadAttention` again (through
 :meth:`mha_lib.viz.scene.Source.weights`) and updates the SAME plotly ``FigureWidget`` in place.
 
+The figure is built so that the browser redraws little: ONE heatmap trace per example,
+whatever the head count, its H heads side by side on one canvas, separated by empty
+(``None``) columns; a second x axis on top names the heads. The figure's size never changes.
+A valid-length or seed change restyles the B traces' ``z`` and hover text; a head-count change
+also moves a few axis ticks. Masked keys get the value :data:`MASKED_Z`, drawn grey by the
+colour scale (its colour bar says "masked"), so the data holds neither NaN (not valid JSON:
+the widget's messages would fail to serialise) nor anything that could pass for a weight.
+
 Shape legend
     B   number of examples (one valid-length slider each)
     H   number of heads; D = num_hiddens = H*d
@@ -12,32 +20,158 @@ Shape legend
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import ipywidgets as widgets
+import numpy as np
+import plotly.colors
 import plotly.graph_objects as go
 from torch import Tensor
 
-from mha_lib._checks import check_positive_int
-from mha_lib.viz.heatmaps import DEFAULT_MAX_COLS
-from mha_lib.viz.layout import axis_names
+from mha_lib.viz.heatmaps import MASKED_COLOR, as_weights
 from mha_lib.viz.scene import Source, make_source
 
 SEED_SLIDER_MAX = 20  # the seed slider reaches at least this far (further for a larger seed)
+MASKED_Z = -0.1  # a masked key's value in z: below every weight, grey on the colour scale
+PANEL_PX = 200  # height of one example's heatmaps, in pixels
+TITLE_PX = 34  # room above an example for the head names
+AXIS_PX = 70  # room below an example for its key labels and the "key" axis title
+MARGIN_PX = 10
+SLIDER_STYLE = {"description_width": "13.5em"}  # one width: the tracks line up
+SLIDER_WIDTH = "540px"  # a 0..12 valid length gets about 25 px per step
 
 
-def layout_changes(layout: dict, num_axes: int) -> dict:
-    """The layout entries that depend on the head count, as flat ``"xaxis2.domain"`` keys.
+def _colorscale() -> list:
+    """Viridis on [0, 1], and grey for MASKED_Z (the colour axis runs from MASKED_Z to 1)."""
+    viridis = plotly.colors.sequential.Viridis
+    start = -MASKED_Z / (1 - MASKED_Z)  # where weight 0 sits on the colour axis
+    return [[0.0, MASKED_COLOR], [start, MASKED_COLOR]] + [
+        [start + (1 - start) * i / (len(viridis) - 1), colour] for i, colour in enumerate(viridis)
+    ]
 
-    Args:
-        layout: a layout from :meth:`mha_lib.viz.scene.Source.parts`.
-        num_axes: number of x (and y) axes in the figure, B * (largest head count).
+
+@dataclass(frozen=True)
+class Canvas:
+    """Where head ``h`` of an example sits on the example's one heatmap: columns
+    ``h*(Lk+1) .. h*(Lk+1)+Lk-1``, with one empty column between neighbouring heads."""
+
+    num_heads: int
+    num_queries: int
+    num_keys: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(canvas rows, canvas columns) = (Lq, H*(Lk+1) - 1)."""
+        return self.num_queries, self.num_heads * (self.num_keys + 1) - 1
+
+    def column(self, head: int) -> int:
+        """Canvas column of key 0 of ``head``."""
+        return head * (self.num_keys + 1)
+
+
+def canvas_z(weights: np.ndarray, valid_len: int, canvas: Canvas) -> list:
+    """One example's heads as one JSON-ready z: weights, MASKED_Z, None in the gaps.
+
+    Shapes:
+        weights: (H, Lq, Lk) of one example. Returns Lq rows of H*(Lk+1) - 1 values.
     """
-    changes = {key: layout[key] for key in ("annotations", "shapes", "height")}
-    for slot in range(num_axes):
-        for axis in axis_names(slot):
-            name = axis[0] + "axis" + axis[1:]
-            changes[name + ".domain"] = layout[name]["domain"]
-            changes[name + ".visible"] = layout[name]["visible"]
-    return changes
+    z = np.full(canvas.shape, np.nan)
+    for h in range(canvas.num_heads):
+        c = canvas.column(h)
+        z[:, c:c + valid_len] = weights[h, :, :valid_len]
+        z[:, c + valid_len:c + canvas.num_keys] = MASKED_Z
+    return np.where(np.isnan(z), None, z).tolist()  # None, not NaN: valid JSON
+
+
+def canvas_text(z: list, canvas: Canvas, name: str, query_tokens, key_tokens) -> list:
+    """Hover texts of a canvas: head, query, key and weight (or "masked"); empty in the gaps."""
+    text = [[""] * canvas.shape[1] for _ in range(canvas.shape[0])]
+    for h in range(canvas.num_heads):
+        c = canvas.column(h)
+        for i, query in enumerate(query_tokens):
+            for j, key in enumerate(key_tokens):
+                w = z[i][c + j]
+                text[i][c + j] = (f"{name}head {h}<br>query {i}: {query}<br>key {j}: {key}<br>"
+                                  + ("masked" if w == MASKED_Z else f"weight {w:.3f}"))
+    return text
+
+
+def _axis_names(b: int, batch_size: int) -> tuple[str, str, str]:
+    """Trace-side ids of example b's key axis, query axis and head-name axis (on top)."""
+    suffix = "" if b == 0 else str(b + 1)
+    return "x" + suffix, "y" + suffix, f"x{batch_size + b + 1}"
+
+
+def head_ticks(canvas: Canvas, key_tokens) -> dict:
+    """The entries of example b's axes that follow the head count (flat keys, b = 0 axes)."""
+    H, Lk = canvas.num_heads, canvas.num_keys
+    return {
+        "range": [-0.5, canvas.shape[1] - 0.5],
+        "tickvals": [canvas.column(h) + j for h in range(H) for j in range(Lk)],
+        "ticktext": [t for _ in range(H) for t in key_tokens],
+        "head_tickvals": [canvas.column(h) + (Lk - 1) / 2 for h in range(H)],
+        "head_ticktext": [f"head {h}" for h in range(H)],
+    }
+
+
+def figure_parts(source: Source, weights: np.ndarray, valid_lens) -> tuple[list, dict, Canvas]:
+    """Traces (B heatmaps), layout and canvas of the explorer's figure.
+
+    Shapes:
+        weights: (B, H, Lq, Lk), checked by :func:`mha_lib.viz.heatmaps.as_weights`.
+    """
+    scene = source.scene
+    B, H, Lq, Lk = weights.shape
+    canvas = Canvas(H, Lq, Lk)
+    block_px = TITLE_PX + PANEL_PX + AXIS_PX
+    traces, layout = [], {}
+    for b in range(B):
+        x, y, top = _axis_names(b, B)
+        name = f"example {b}, " if B > 1 else ""
+        z = canvas_z(weights[b], valid_lens[b], canvas)
+        traces.append({
+            "type": "heatmap", "xaxis": x, "yaxis": y, "coloraxis": "coloraxis",
+            "meta": {"example": b}, "name": f"example {b}", "z": z,
+            "text": canvas_text(z, canvas, name, scene.query_tokens[b], scene.key_tokens[b]),
+            "hovertemplate": "%{text}<extra></extra>", "hoverongaps": False,
+        })
+        ticks = head_ticks(canvas, scene.key_tokens[b])
+        common = {"showgrid": False, "zeroline": False, "fixedrange": True}
+        layout["xaxis" + x[1:]] = {
+            "anchor": y, "domain": [0.0, 1.0], "range": ticks["range"], "tickmode": "array",
+            "tickvals": ticks["tickvals"], "ticktext": ticks["ticktext"], "tickangle": -60,
+            "title": {"text": "key", "standoff": 4}, **common,
+        }
+        layout["xaxis" + top[1:]] = {
+            "overlaying": x, "matches": x, "side": "top", "anchor": y, "tickmode": "array",
+            "tickvals": ticks["head_tickvals"], "ticktext": ticks["head_ticktext"],
+            "ticks": "", "tickfont": {"size": 13}, **common,
+        }
+        top_edge = 1 - (b * block_px + TITLE_PX) / (B * block_px)
+        layout["yaxis" + y[1:]] = {
+            "anchor": x, "domain": [round(top_edge - PANEL_PX / (B * block_px), 6),
+                                    round(top_edge, 6)],
+            "range": [Lq - 0.5, -0.5],  # first query at the top
+            "tickmode": "array", "tickvals": list(range(Lq)),
+            "ticktext": list(scene.query_tokens[b]),
+            "title": {"text": f"example {b}: query" if B > 1 else "query", "standoff": 4},
+            **common,
+        }
+    for b in range(B):  # plotly draws an axis only with a trace on it: an invisible point
+        x, y, top = _axis_names(b, B)
+        traces.append({"type": "scatter", "xaxis": top, "yaxis": y, "x": [0], "y": [0],
+                       "mode": "markers", "marker": {"opacity": 0}, "hoverinfo": "skip",
+                       "meta": {"example": b, "role": "head names"}})
+    layout.update(
+        coloraxis={"colorscale": _colorscale(), "cmin": MASKED_Z, "cmax": 1.0,
+                   "colorbar": {"title": {"text": "weight"}, "len": min(1.0, 300 / (B * block_px)),
+                                "thickness": 14, "tickvals": [MASKED_Z / 2, 0, 0.2, 0.4, 0.6,
+                                                              0.8, 1.0],
+                                "ticktext": ["masked", "0", "0.2", "0.4", "0.6", "0.8", "1"]}},
+        plot_bgcolor="rgba(0,0,0,0)", showlegend=False, height=B * block_px + 2 * MARGIN_PX,
+        margin={"t": MARGIN_PX, "b": MARGIN_PX, "l": 70, "r": 20},
+    )
+    return traces, layout, canvas
 
 
 class AttentionExplorer(widgets.VBox):
@@ -49,34 +183,34 @@ class AttentionExplorer(widgets.VBox):
         valid_lens: tuple of B ``IntSlider`` (0..Lk), the valid length of each example.
         seed: ``IntSlider`` (0 .. max(20, initial seed)) for the random initialisation of the
             projections, or None for a given ``mha``.
-        figure: the plotly ``FigureWidget``, created once and updated in place.
+        figure: the plotly ``FigureWidget``, created once and updated in place: one heatmap
+            trace per example (``figure.data[b]``, b < B), its heads side by side, then B
+            invisible traces that carry the head names' axes; see :meth:`shown`.
         source: the :class:`~mha_lib.viz.scene.Source` computing the weights.
     """
 
-    def __init__(self, source: Source, *, num_heads: int | None = None,
-                 max_cols: int = DEFAULT_MAX_COLS) -> None:
+    def __init__(self, source: Source, *, num_heads: int | None = None) -> None:
         self.source = source
-        self.max_cols = check_positive_int(max_cols, "max_cols")
         scene = source.scene
         choices = source.head_choices
         num_heads = source.initial_heads(num_heads)
-        style = {"description_width": "initial"}
+        wide = widgets.Layout(width=SLIDER_WIDTH)
         self.heads = widgets.SelectionSlider(
             options=list(choices), value=num_heads, description="heads H",
-            disabled=len(choices) == 1, continuous_update=True, style=style,
+            disabled=len(choices) == 1, continuous_update=True, style=SLIDER_STYLE, layout=wide,
         )
         self.valid_lens = tuple(
-            widgets.IntSlider(value=v, min=0, max=scene.num_keys,
-                              description=f"valid length (example {b})", style=style)
+            widgets.IntSlider(value=v, min=0, max=scene.num_keys, style=SLIDER_STYLE,
+                              layout=wide, description=f"valid length (example {b})")
             for b, v in enumerate(scene.valid_lens)
         )
         self.seed = None if source.fixed is not None else widgets.IntSlider(
             value=source.seed, min=0, max=max(SEED_SLIDER_MAX, source.seed), description="seed",
-            style=style)
+            style=SLIDER_STYLE, layout=wide)
         self.info = widgets.HTML()
-        traces, layout = source.parts(self.weights(), self.current_valid_lens(), self.max_cols)
+        traces, layout, self._canvas = figure_parts(source, self._weights_array(),
+                                                    self.current_valid_lens())
         self.figure = go.FigureWidget(data=traces, layout=layout)
-        self._layout = layout_changes(layout, len(traces))  # what the figure shows now
         self._describe()
         controls = [self.heads, *self.valid_lens] + ([self.seed] if self.seed else [])
         for control in controls:
@@ -91,6 +225,24 @@ class AttentionExplorer(widgets.VBox):
         seed = self.source.seed if self.seed is None else self.seed.value
         return self.source.weights(self.heads.value, self.current_valid_lens(), seed)
 
+    def _weights_array(self) -> np.ndarray:
+        return as_weights(self.weights())  # checked: finite, in [0, 1]; (B, H, Lq, Lk)
+
+    def shown(self) -> dict[tuple[int, int], np.ndarray]:
+        """What the figure shows now: ``{(example, head): (Lq, Lk) weights}``, NaN = masked.
+
+        Read back from the figure's data, so a test of it tests what the reader sees.
+        """
+        canvas = self._canvas
+        out = {}
+        for b, trace in enumerate(self.figure.data[:self.source.scene.batch_size]):
+            z = np.array(trace.z, dtype=float)  # (Lq, H*(Lk+1) - 1); gaps None -> NaN
+            z[z == MASKED_Z] = np.nan
+            for h in range(canvas.num_heads):
+                c = canvas.column(h)
+                out[b, h] = z[:, c:c + canvas.num_keys]
+        return out
+
     def _describe(self) -> None:
         H, D = self.heads.value, self.source.num_hiddens
         self.info.value = (
@@ -102,30 +254,33 @@ class AttentionExplorer(widgets.VBox):
         self.update()
 
     def update(self) -> None:
-        """Recompute the weights and redraw the same FigureWidget in place.
+        """Recompute the weights and redraw the same FigureWidget in place, in one message.
 
-        One batch carries the new weights of every panel and, when the head count changed, the
-        layout entries that differ (panels shown, hidden and moved, their titles).
+        Every change replaces the B traces' ``z`` and hover ``text``; a head-count change also
+        replaces the ticks of the key axes and of the head names (flat keys: a relayout of
+        whole axis objects costs plotly's Python side about five times as much).
         """
-        traces, layout = self.source.parts(self.weights(), self.current_valid_lens(),
-                                           self.max_cols)
-        restyle = {key: [trace[key] for trace in traces] for key in ("z", "text", "visible")}
-        changes = layout_changes(layout, len(traces))
-        relayout = {k: v for k, v in changes.items() if self._layout.get(k) != v}
-        self._layout.update(relayout)
-        with self.figure.batch_update():
-            # A relayout of a list only updates the items already there: assign whole lists
-            # (the number of panel titles and backgrounds follows the head count).
-            for key in ("annotations", "shapes"):
-                if key in relayout:
-                    self.figure.layout[key] = relayout.pop(key)
-            self.figure.plotly_update(restyle_data=restyle, relayout_data=relayout)
+        traces, _, canvas = figure_parts(self.source, self._weights_array(),
+                                         self.current_valid_lens())
+        B = self.source.scene.batch_size
+        restyle = {"z": [t["z"] for t in traces[:B]], "text": [t["text"] for t in traces[:B]]}
+        relayout = {}
+        if canvas != self._canvas:
+            for b in range(B):
+                x, _, top = _axis_names(b, B)
+                ticks = head_ticks(canvas, self.source.scene.key_tokens[b])
+                for axis, prefix in ((x, ""), (top, "head_")):
+                    name = "xaxis" + axis[1:]
+                    relayout[f"{name}.tickvals"] = ticks[prefix + "tickvals"]
+                    relayout[f"{name}.ticktext"] = ticks[prefix + "ticktext"]
+                relayout[f"xaxis{x[1:]}.range"] = ticks["range"]
+        self._canvas = canvas
+        self.figure.plotly_update(restyle_data=restyle, relayout_data=relayout,
+                                  trace_indexes=list(range(B)))
         self._describe()
 
 
-def explore(
-    *, num_heads: int | None = None, max_cols: int = DEFAULT_MAX_COLS, **inputs
-) -> AttentionExplorer:
+def explore(*, num_heads: int | None = None, **inputs) -> AttentionExplorer:
     """Explore multi-head attention weights live in Jupyter: sliders, heatmaps, real weights.
 
     With no arguments: self-attention over two short sentences with seeded random word
@@ -151,7 +306,6 @@ def explore(
 
     Args:
         num_heads: initial head count (default 2 when allowed).
-        max_cols: heads side by side before wrapping.
         **inputs: what to attend over, passed to :func:`mha_lib.viz.scene.make_source`:
 
             * ``mha``: a trained (or any) ``mha_lib.MultiHeadAttention``;
@@ -166,7 +320,8 @@ def explore(
 
     Returns:
         An :class:`AttentionExplorer` (display it as the last expression of a cell). Its
-        ``heads``, ``valid_lens`` and ``figure`` attributes can be driven from code.
+        ``heads``, ``valid_lens`` and ``figure`` attributes can be driven from code, and
+        :meth:`AttentionExplorer.shown` returns the weights the figure shows.
 
     Raises:
         ValueError: an ``mha`` that is not a MultiHeadAttention or comes without queries,
@@ -175,4 +330,4 @@ def explore(
             ``num_hiddens`` (or is not an integer), or a seed that is not an integer >= 0.
         TypeError: an argument that neither ``explore`` nor ``make_source`` takes.
     """
-    return AttentionExplorer(make_source(**inputs), num_heads=num_heads, max_cols=max_cols)
+    return AttentionExplorer(make_source(**inputs), num_heads=num_heads)

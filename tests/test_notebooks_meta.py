@@ -1,0 +1,45 @@
+"""Every chapter opens in Jupyter with the python3 kernel, without asking and without changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from mha_lib.book import notebooks
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_carries_the_python3_kernelspec(path):
+    metadata = nbformat.read(path, as_version=4).metadata
+    assert metadata.get("kernelspec") == notebooks.KERNELSPEC, (
+        f"{path.name}: run 'python -m mha_lib.book.notebooks --metadata-only {path}'"
+    )
+    info = metadata.get("language_info", {})
+    assert {k: v for k, v in info.items() if k != "version"} == {
+        k: v for k, v in notebooks.language_info().items() if k != "version"
+    }
+
+
+def test_clean_sets_kernel_metadata_as_jupyterlab_stores_it():
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "other", "display_name": "X"}})
+    notebooks.clean(nb)
+    assert nb.metadata.kernelspec == {"display_name": "Python 3 (ipykernel)",
+                                      "language": "python", "name": "python3"}
+    assert nb.metadata.language_info["name"] == "python"
+    assert nb.metadata.language_info["codemirror_mode"] == {"name": "ipython", "version": 3}
+
+
+def test_metadata_only_touches_nothing_else(tmp_path):
+    cell = nbformat.v4.new_code_cell("1 + 1", execution_count=3, outputs=[
+        nbformat.v4.new_output("execute_result", data={"text/plain": "2"}, execution_count=3)])
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), path)
+    assert notebooks.main(["--metadata-only", str(path)]) == 0
+    nb = nbformat.read(path, as_version=4)
+    assert nb.metadata.kernelspec == notebooks.KERNELSPEC
+    assert nb.cells[0].outputs[0].data["text/plain"] == "2"
