@@ -87,7 +87,7 @@ def kv_sharing_figure(num_heads: int, num_kv_heads: int) -> go.Figure:
         hovertemplate="%{y} reads %{x}: %{z}<extra></extra>",
     ))
     fig.update_layout(
-        title=f"H = {num_heads} query heads, Hkv = {num_kv_heads} key/value heads",
+        title=f"H = {num_heads} query heads, H<sub>kv</sub> = {num_kv_heads} key/value heads",
         height=min(60 + 30 * num_heads, 420), margin=_MARGIN,
         xaxis=dict(title="key/value head", side="bottom"), yaxis=dict(title="", autorange="reversed"),
     )
