@@ -28,7 +28,7 @@ from torch import Tensor
 
 from mha_lib._checks import check_positive_int
 from mha_lib.attention import DotProductAttention
-from mha_lib.bench import Ratio, loglog_slope, paired_ratio, peak_memory, time_paired
+from mha_lib.bench import Ratio, _check_callable, _quiet_stderr, loglog_slope, paired_ratio, peak_memory, time_paired
 from mha_lib.decoding import KVCache, kv_cache_bytes
 from mha_lib.flash import tiled_attention
 from mha_lib.gqa import GroupedQueryAttention
@@ -47,6 +47,7 @@ __all__ = [
     "format_decoding_table",
     "format_flash_memory_table",
     "format_flash_speed_table",
+    "kernels_called",
     "main",
 ]
 
@@ -194,15 +195,21 @@ def cache_memory_table(
 
 
 def format_cache_memory_table(rows: Sequence[dict], *, B: int, D: int, H: int) -> str:
-    """The KV cache memory table as text, in MiB, with the ratio to full multi-head (Hkv = H)."""
+    """The KV cache memory table as text, with the ratio to full multi-head (Hkv = H).
+
+    Sizes are in KiB when the smallest is below 1 MiB (so small caches do not round to 0.00
+    MiB), else in MiB.
+    """
     kv_heads = list(rows[0]["bytes"])
+    smallest = min(n for r in rows for n in r["bytes"].values())
+    unit, scale = ("KiB", 2**10) if smallest < 2**20 else ("MiB", 2**20)
     lines = [
-        f"KV cache after L tokens, B={B} D={D} H={H} query heads (MiB; ratio to Hkv = {kv_heads[0]})",
+        f"KV cache after L tokens, B={B} D={D} H={H} query heads ({unit}; ratio to Hkv = {kv_heads[0]})",
         f"{'L':>6}" + "".join(f"  {f'Hkv={h}':>14}" for h in kv_heads),
     ]
     for r in rows:
         base = r["bytes"][kv_heads[0]]
-        cells = [f"{r['bytes'][h] / 2**20:8.2f} ({base / r['bytes'][h]:.0f}x)" for h in kv_heads]
+        cells = [f"{r['bytes'][h] / scale:8.1f} ({base / r['bytes'][h]:.0f}x)" for h in kv_heads]
         lines.append(f"{r['L']:>6}" + "".join(f"  {c:>14}" for c in cells))
     return "\n".join(lines)
 
@@ -276,6 +283,21 @@ def format_flash_memory_table(rows: Sequence[dict], *, B: int, d: int, block_siz
         slopes = memory_slopes(rows)
         lines.append(f"{'slope':>6}" + "".join(f"  {slopes[n]:>12.2f}" for n in names))
     return "\n".join(lines)
+
+
+def kernels_called(fn: Callable[[], object]) -> set[str]:
+    """Names of the PyTorch operators (``aten::...``) that ``fn()`` runs, from torch.profiler.
+
+    Shows which kernel ``F.scaled_dot_product_attention`` picked, e.g.
+    ``aten::_scaled_dot_product_flash_attention_for_cpu``.
+    """
+    _check_callable(fn, "fn")
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.inference_mode(), _quiet_stderr():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+    return {event.name for event in prof.events()}
 
 
 def flash_speed_table(

@@ -34,7 +34,10 @@ def test_cache_memory_shrinks_by_the_group_size():
     for r in rows:
         assert r["bytes"][8] == 4 * r["bytes"][2] == 8 * r["bytes"][1]
         assert r["bytes"][8] == 2 * 2 * r["L"] * 16 * 4  # layers * (K, V) * L * D * 4 bytes
-    assert "(8x)" in bm.format_cache_memory_table(rows, B=1, D=16, H=8)
+    text = bm.format_cache_memory_table(rows, B=1, D=16, H=8)
+    assert "(8x)" in text and "KiB" in text and " 0.0 " not in text  # small caches in KiB
+    big = [{"L": 1, "bytes": {8: 8 * 2**20, 1: 2**20}}]
+    assert "(MiB;" in bm.format_cache_memory_table(big, B=1, D=16, H=8)
 
 
 def test_tiled_memory_is_linear_and_materialised_quadratic():
@@ -73,3 +76,12 @@ def test_main_prints_the_tables(capsys):
     out = capsys.readouterr().out
     for heading in ("Decoding L tokens", "KV cache after", "Peak memory", "Time relative"):
         assert heading in out
+
+
+def test_kernels_called_names_the_fused_cpu_kernel():
+    q = torch.randn(1, 1, 16, 8)  # (B, H, L, d)
+    names = bm.kernels_called(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
+    assert "aten::scaled_dot_product_attention" in names
+    assert any("flash_attention" in n for n in names)
+    with pytest.raises(ValueError, match="fn must be callable"):
+        bm.kernels_called(3)

@@ -36,11 +36,13 @@ OKABE_ITO = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "
 _MARGIN = dict(l=60, r=10, t=50, b=50)
 
 
-def _loglog(title: str, x_title: str, y_title: str) -> go.Figure:
+def _loglog(title: str, x_title: str, y_title: str, xs: Sequence[int]) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(
         title=title, height=380, margin=_MARGIN, legend=dict(orientation="h", y=-0.25),
-        xaxis=dict(title=x_title, type="log"), yaxis=dict(title=y_title, type="log"),
+        # ticks at the measured lengths: plotly's log ticks (2, 3, ..., 1000) do not say which
+        xaxis=dict(title=x_title, type="log", tickvals=list(xs)),
+        yaxis=dict(title=y_title, type="log"),
     )
     return fig
 
@@ -68,7 +70,7 @@ def step_cost_figure(max_position: int, D: int) -> go.Figure:
 
 def decoding_time_figure(lengths: Sequence[int], seconds: Mapping[str, Sequence[float]]) -> go.Figure:
     """Measured seconds to decode L tokens, one line per method, on log-log axes."""
-    fig = _loglog("Time to decode L tokens (measured)", "tokens decoded L", "seconds")
+    fig = _loglog("Time to decode L tokens (measured)", "tokens decoded L", "seconds", lengths)
     for i, (name, ys) in enumerate(seconds.items()):
         fig.add_scatter(x=list(lengths), y=list(ys), name=name, mode="lines+markers",
                         line=dict(color=OKABE_ITO[i % len(OKABE_ITO)], width=3))
@@ -85,7 +87,7 @@ def kv_sharing_figure(num_heads: int, num_kv_heads: int) -> go.Figure:
         hovertemplate="%{y} reads %{x}: %{z}<extra></extra>",
     ))
     fig.update_layout(
-        title=f"H = {num_heads} query heads, Hkv = {num_kv_heads} key/value heads",
+        title=f"H = {num_heads} query heads, H<sub>kv</sub> = {num_kv_heads} key/value heads",
         height=min(60 + 30 * num_heads, 420), margin=_MARGIN,
         xaxis=dict(title="key/value head", side="bottom"), yaxis=dict(title="", autorange="reversed"),
     )
@@ -142,7 +144,7 @@ def online_softmax_figure(steps, *, query: int = 0, feature: int = 0) -> go.Figu
 def peak_memory_figure(rows: Sequence[Mapping]) -> go.Figure:
     """Peak bytes against L for each contender (rows of ``bench_modern.flash_memory_table``)."""
     Ls = [r["L"] for r in rows]
-    fig = _loglog("Peak memory of attention (torch.profiler)", "sequence length L", "peak MiB")
+    fig = _loglog("Peak memory of attention (torch.profiler)", "sequence length L", "peak MiB", Ls)
     for i, name in enumerate(rows[0]["peak"]):
         fig.add_scatter(x=Ls, y=[r["peak"][name] / 2**20 for r in rows], name=name,
                         mode="lines+markers", line=dict(color=OKABE_ITO[i], width=3))
