@@ -11,6 +11,7 @@
   also links Font Awesome's CSS and web fonts, which draw the same icons), and cuts that CSS
   and the solid web font down to the icons the built pages and stylesheets use (250 kB -> a
   few kB; :func:`subset_fontawesome`, with fontTools);
+* gives the entries of the References list the role their list needs (``listitem``);
 * keeps live ipywidgets off the website: a notebook executed during the build stores its
   widgets' state (megabytes of JavaScript for a plotly ``FigureWidget``), and myst-nb would
   embed it in the page and load the widget manager from a CDN. Without a kernel those widgets
@@ -18,6 +19,10 @@
 * removes sphinx-thebe's scripts: the book has no live-code launch button, and Jupyter Book
   1.0.4 registers thebe's configuration script twice, which logs
   ``Identifier 'THEBE_JS_URL' has already been declared`` on every page.
+
+Stylesheets on a diet too: Bootstrap's full CSS (200 kB, linked by the theme) and myst-nb's
+are cut down to the rules whose class names occur somewhere in the built pages or in the
+site's scripts (:func:`purge_css`, a conservative "unused CSS" removal).
 
 MathJax is loaded by Sphinx only on pages that contain maths (``has_equations``); here as
 MathJax's components (startup, core, TeX input, CHTML output: 0.8 MB) instead of the combined
@@ -183,16 +188,85 @@ def subset_fontawesome(outdir: Path) -> None:
         fa_css.write_text(css, encoding="utf-8")
 
 
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_SELECTOR_CLASS = re.compile(r"\.(-?[A-Za-z_][A-Za-z0-9_-]*)")
+PURGED_CSS = ("styles/bootstrap.css", "mystnb.*.css")
+
+
+def _split_selectors(prelude: str) -> list[str]:
+    """Split a selector list at its top-level commas (not those inside ``:not(a, b)``)."""
+    out, depth, current = [], 0, []
+    for ch in prelude:
+        depth += ch in "(["
+        depth -= ch in ")]"
+        if ch == "," and depth == 0:
+            out.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    out.append("".join(current))
+    return out
+
+
+def purge_css(css: str, used: set[str]) -> str:
+    """``css`` without the selectors naming a class outside ``used`` (rules left empty go).
+
+    ``@media``/``@supports``/``@layer`` blocks are purged inside; other at-rules are kept whole.
+    """
+    out, i, n = [], 0, len(css)
+    while i < n:
+        open_at = css.find("{", i)
+        if open_at < 0:
+            out.append(css[i:])
+            break
+        depth, k = 1, open_at + 1
+        while depth and k < n:
+            depth += (css[k] == "{") - (css[k] == "}")
+            k += 1
+        prelude, block = css[i:open_at], css[open_at + 1:k - 1]
+        head = prelude.strip()
+        if head.startswith(("@media", "@supports", "@layer")):
+            inner = purge_css(block, used)
+            if inner.strip():
+                out.append(f"{prelude}{{{inner}}}")
+        elif head.startswith("@"):
+            out.append(f"{prelude}{{{block}}}")
+        else:
+            kept = [s for s in _split_selectors(prelude) if set(_SELECTOR_CLASS.findall(s)) <= used]
+            if kept:
+                out.append(",".join(kept) + "{" + block + "}")
+        i = k
+    return "".join(out)
+
+
+def _purge_stylesheets(outdir: Path) -> None:
+    static = outdir / "_static"
+    used: set[str] = set()
+    for path in [*outdir.rglob("*.html"), *static.rglob("*.js")]:
+        used |= set(_TOKEN.findall(path.read_text(encoding="utf-8", errors="replace")))
+    for pattern in PURGED_CSS:
+        for css in static.glob(pattern):
+            css.write_text(purge_css(css.read_text(encoding="utf-8"), used), encoding="utf-8")
+
+
+def fix_citation_roles(html: str) -> str:
+    """Entries of a citation list as ``role="listitem"``: docutils writes ``role="list"`` on the
+    list but the DPUB role ``doc-biblioentry`` on its entries, which breaks the list for
+    assistive technology (axe: critical ``aria-required-children``)."""
+    return html.replace('class="citation" role="doc-biblioentry"', 'class="citation" role="listitem"')
+
+
 def _lighten_pages(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
     outdir = Path(app.outdir)
     for page in outdir.rglob("*.html"):
         html = page.read_text(encoding="utf-8")
-        lighter = strip_fontawesome_js(html)
+        lighter = fix_citation_roles(strip_fontawesome_js(html))
         if lighter != html:
             page.write_text(lighter, encoding="utf-8")
     subset_fontawesome(outdir)
+    _purge_stylesheets(outdir)
 
 
 def setup(app):
