@@ -38,14 +38,29 @@
       out.title = Object.assign({}, typeof layout.title === "object" ? layout.title : {},
                                 {text: wrapped, font: {size: 14}, x: 0, xanchor: "left"});
     }
-    out.margin = Object.assign({}, margin, {l: 56, r: 12, t: 30 + 20 * lines});
-    var legend = data.filter(function (t) { return t.showlegend !== false && t.name; }).length > 1
-      && layout.showlegend !== false;
-    if (legend) {
+    var top = 30 + 20 * lines, height = layout.height || 450;
+    var entries = data.filter(function (t) { return t.showlegend !== false && t.name; }).length;
+    if (entries > 1 && layout.showlegend !== false) {
+      // one entry per line, between the title and the plot
       out.legend = Object.assign({}, layout.legend, {orientation: "h", x: 0, xanchor: "left",
-                                                     y: -0.25, yanchor: "top"});
-      out.height = (layout.height || 450) + 28 * data.length;
+        xref: "container", y: 1 - (top - 6) / (height + 22 * entries), yanchor: "top",
+        yref: "container", font: {size: 11}});
+      top += 22 * entries;
+      height += 22 * entries;
     }
+    out.margin = Object.assign({}, margin, {l: 56, r: 12, t: top, b: Math.max(margin.b || 0, 70)});
+    out.height = height;
+    if (out.title) out.title = Object.assign({}, out.title, {y: 1 - 16 / height, yanchor: "top",
+                                                               yref: "container"});
+    // crowded category axes: vertical labels, with room for them
+    ["xaxis", "xaxis2", "xaxis3"].forEach(function (name) {
+      var axis = layout[name] || {};
+      var xs = (data[0] && data[0].x) || [];
+      var longest = xs.reduce(function (m, x) { return Math.max(m, String(x).length); }, 0);
+      if (axis.type !== "log" && typeof xs[0] === "string" && xs.length * longest * 6 > 260) {
+        out[name] = Object.assign({}, axis, {tickangle: -90, automargin: true});
+      }
+    });
     return out;
   }
 
@@ -62,10 +77,24 @@
 
   function chooseLayout(gd, layout, data) {
     var narrow = isNarrow(gd);
-    var chosen = narrow ? narrowLayout(layout, data) : layout;
+    var chosen = decadeTicks(narrow ? narrowLayout(layout, data) : layout);
     if (chosen.height) gd.style.height = chosen.height + "px";
     gd.dataset.mhaLayout = narrow ? "narrow" : "wide";
     return chosen;
+  }
+
+  function decadeTicks(layout) {
+    // Log axes: ticks at powers of ten only (plotly's default adds small unlabelled-looking
+    // digits at 2, 5...), unless the figure code chose its ticks.
+    var out = Object.assign({}, layout);
+    Object.keys(layout).forEach(function (key) {
+      var axis = layout[key];
+      if (/^[xy]axis\d*$/.test(key) && axis && axis.type === "log" && axis.dtick === undefined
+          && axis.tickvals === undefined) {
+        out[key] = Object.assign({}, axis, {dtick: 1});
+      }
+    });
+    return out;
   }
 
   window.mhaNarrowPx = NARROW_PX;

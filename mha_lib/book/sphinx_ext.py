@@ -6,7 +6,8 @@
   script before any other, only on pages that draw a plotly figure, followed by
   ``mha-figures.js`` (text alternatives, phone layouts; see ``mha_lib.book.plotly_mime``);
 * adds the site's stylesheet ``mha-site.css`` (no sideways scrolling on a phone, link
-  contrast, the kernel-free explorer's controls);
+  contrast, the kernel-free explorer's controls) and ``mha-site.js`` (scrollable regions
+  reachable with the keyboard);
 * Font Awesome on a diet: drops its 1.5 MB SVG-injecting script from every page (the theme
   also links Font Awesome's CSS and web fonts, which draw the same icons), and cuts that CSS
   and the solid web font down to the icons the built pages and stylesheets use (250 kB -> a
@@ -20,8 +21,8 @@
   1.0.4 registers thebe's configuration script twice, which logs
   ``Identifier 'THEBE_JS_URL' has already been declared`` on every page.
 
-Stylesheets on a diet too: Bootstrap's full CSS (200 kB, linked by the theme) and myst-nb's
-are cut down to the rules whose class names occur somewhere in the built pages or in the
+Stylesheets on a diet too: Bootstrap's full CSS (200 kB, linked by the theme), the theme's,
+myst-nb's and sphinx-design's are cut down to the rules whose class names occur somewhere in the built pages or in the
 site's scripts (:func:`purge_css`, a conservative "unused CSS" removal).
 
 MathJax is loaded by Sphinx only on pages that contain maths (``has_equations``); here as
@@ -47,6 +48,7 @@ PLOTLY_JS = f"vendor/plotly.js-cartesian-dist-min-{PLOTLY_JS_VERSION}/plotly-car
 PLOTLY_JS_SHA256 = "79542150855a52c567260e3137095dbe2b744e6d702a5cabe67da246942fba7a"
 FIGURES_JS = "mha-figures.js"
 SITE_CSS = "mha-site.css"
+SITE_JS = "mha-site.js"
 # The theme's Font Awesome script tag (pydata-sphinx-theme 0.15: vendor/fontawesome/<v>/js/all.min.js)
 _FONTAWESOME_JS = re.compile(r'\s*<script src="[^"]*fontawesome/[^"]*/js/all\.min\.js[^"]*"></script>')
 # Preloads of the brands and regular web fonts, which no page uses (the theme's icons are solid)
@@ -122,6 +124,7 @@ def strip_fontawesome_js(html: str) -> str:
 
 _ICON_CLASS = re.compile(r"\bfa-([a-z0-9-]+)")
 _CSS_CODEPOINT = re.compile(r'"\\(f[0-9a-f]{3})"')
+_BIBLIOENTRY = re.compile(r'(<div class="citation"[^>]*?)role="doc-biblioentry"')
 _DESIGN_CLASS = re.compile(r'class="[^"]*\bsd-')
 _PRIVATE_USE = re.compile("[\ue000-\uf8ff]")
 _CSS_RULE = re.compile(r"([^{}]+)\{([^{}]*)\}")
@@ -190,7 +193,8 @@ def subset_fontawesome(outdir: Path) -> None:
 
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _SELECTOR_CLASS = re.compile(r"\.(-?[A-Za-z_][A-Za-z0-9_-]*)")
-PURGED_CSS = ("styles/bootstrap.css", "mystnb.*.css")
+PURGED_CSS = ("styles/bootstrap.css", "styles/pydata-sphinx-theme.css", "mystnb.*.css",
+              "sphinx-design.min.css")
 
 
 def _split_selectors(prelude: str) -> list[str]:
@@ -253,7 +257,7 @@ def fix_citation_roles(html: str) -> str:
     """Entries of a citation list as ``role="listitem"``: docutils writes ``role="list"`` on the
     list but the DPUB role ``doc-biblioentry`` on its entries, which breaks the list for
     assistive technology (axe: critical ``aria-required-children``)."""
-    return html.replace('class="citation" role="doc-biblioentry"', 'class="citation" role="listitem"')
+    return _BIBLIOENTRY.sub(r'\1role="listitem"', html)
 
 
 def _lighten_pages(app, exception) -> None:
@@ -277,4 +281,5 @@ def setup(app):
     app.connect("html-page-context", _page_assets)
     app.connect("build-finished", _lighten_pages)
     app.add_css_file(SITE_CSS)
+    app.add_js_file(SITE_JS, loading_method="defer")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -326,7 +326,7 @@ def heatmap_parts(
         shapes=shapes,
         coloraxis={
             "colorscale": COLORSCALE, "cmin": 0.0, "cmax": 1.0,
-            "colorbar": {"title": {"text": "weight", "side": "top"}, "len": 0.6, "y": 0.5,
+            "colorbar": {"title": {"text": "weight", "side": "right"}, "len": 0.6, "y": 0.5,
                          "yanchor": "middle", "x": 1.02, "thickness": 10 if narrow else 14,
                          "lenmode": "fraction"},
         },
