@@ -42,7 +42,7 @@ nbval: venv
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly -q
 
 browser: venv chromium
-	$(PY) -m pytest tests/browser -m browser -q
+	$(PY) -m pytest tests/browser -m browser -q -n 2
 
 # The notebooks without the exercise solutions, for students (student/ is git-ignored).
 student: venv
