@@ -295,8 +295,9 @@ def heatmap_parts(
             })
             layout["xaxis" + x[1:]] = _axis("key", panel.x_domain if panel else HIDDEN_DOMAIN, y,
                                             panel is not None, keys, key_ticks[b], x_step)
-            yaxis = _axis("query", panel.y_domain if panel else HIDDEN_DOMAIN, x,
-                          panel is not None, queries, query_ticks[b], y_step)
+            first_column = panel is None or panel.x_domain[0] == 0  # "query" once per row
+            yaxis = _axis("query" if first_column else "", panel.y_domain if panel else HIDDEN_DOMAIN,
+                          x, panel is not None, queries, query_ticks[b], y_step)
             layout["yaxis" + y[1:]] = {**yaxis, "autorange": "reversed"}
             if panel is not None:
                 shapes.append({  # the panel's background, seen through the masked (NaN) cells
