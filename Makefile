@@ -49,7 +49,7 @@ nbval: venv
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly -q
 
 browser: venv chromium
-	$(PY) -m pytest tests/browser -m browser -q
+	$(PY) -m pytest tests/browser -m browser -q -n 2
 
 # nbgrader course (git-ignored): course/source (instructor), course/release (students).
 assignments: venv

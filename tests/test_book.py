@@ -3,6 +3,7 @@ the Sphinx extension, the table of contents."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -14,7 +15,7 @@ import yaml
 
 from mha_lib.book import notebooks
 from mha_lib.book.plotly_mime import PLOTLY_MIME, PlotlyMimeRenderer, figure_html
-from mha_lib.book.sphinx_ext import plotly_js_source
+from mha_lib.book import sphinx_ext
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -70,7 +71,7 @@ def test_figure_html_is_deterministic_and_needs_no_cdn():
     figure = json.loads(go.Figure(go.Heatmap(z=[[0, 1]]), layout={"height": 300}).to_json())
     html = figure_html(figure)
     assert html == figure_html(figure)
-    assert 'class="plotly-graph-div' in html and "Plotly.newPlot(" in html
+    assert 'class="plotly-graph-div' in html and "mhaPlot(" in html
     assert "height:300px" in html
     assert "src=" not in html and "cdn" not in html.lower()  # plotly.js comes from _static
     assert html.count("</script>") == 1  # the figure's JSON cannot close the script early
@@ -86,6 +87,29 @@ def test_plotly_renderer_takes_only_plotly_json():
     assert node.astext().startswith('<div id="plotly-')
 
 
-def test_plotly_js_ships_with_the_wheel():
-    source = plotly_js_source()
-    assert source.exists() and source.stat().st_size > 1_000_000
+def test_served_plotly_js_is_the_cartesian_bundle_of_the_wheels_version():
+    bundle = sphinx_ext.STATIC / sphinx_ext.PLOTLY_JS
+    assert sphinx_ext.wheel_plotly_js_version() == sphinx_ext.PLOTLY_JS_VERSION
+    head = bundle.read_text(encoding="utf-8")[:200]
+    assert f"plotly.js (cartesian - minified) v{sphinx_ext.PLOTLY_JS_VERSION}" in head
+    assert hashlib.sha256(bundle.read_bytes()).hexdigest() == sphinx_ext.PLOTLY_JS_SHA256
+
+
+def test_figure_html_has_a_text_alternative():
+    figure = {"data": [{"type": "bar", "y": [1]}], "layout": {"title": {"text": "a <b>bold</b> title"}}}
+    html = figure_html(figure)
+    assert 'role="img"' in html and 'aria-label="Figure: a bold title (bar chart)."' in html
+    figure["layout"]["meta"] = {"description": 'Two "quoted" heads'}
+    assert 'aria-label="Two &quot;quoted&quot; heads"' in figure_html(figure)
+
+
+def test_fontawesome_css_is_trimmed_to_the_icons_used():
+    css = ('/*! licence */@font-face{font-family:A;src:url(../webfonts/fa-brands-400.woff2)}'
+           '@font-face{font-weight:900;src:url(../webfonts/fa-solid-900.woff2) format("woff2")}'
+           '.fa-solid{font-weight:900}.fa-bars:before,.fa-navicon:before{content:"\\f0c9"}'
+           '.fa-bell:before{content:"\\f0f3"}')
+    trimmed, kept = sphinx_ext.trim_fontawesome_css(css, {"bars"})
+    assert trimmed.startswith("/*! licence */") and "fa-brands" not in trimmed
+    assert "fa-solid-900.woff2" in trimmed and ".fa-solid{" in trimmed
+    assert ".fa-bars:before" in trimmed and "fa-bell" not in trimmed
+    assert kept == {0xF0C9}

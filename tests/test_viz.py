@@ -45,10 +45,11 @@ def test_heatmaps_single_example_titles_and_axes():
     fig = attention_heatmaps(w, query_labels=["a", "b", "c"], key_labels=list("vwxyz"), title="T")
     assert [a.text for a in fig.layout.annotations] == ["head 0", "head 1"]
     assert fig.layout.title.text == "T"
-    for trace in fig.data:
+    for h, trace in enumerate(fig.data):
         xaxis = fig.layout["xaxis" + trace.xaxis[1:]]
         yaxis = fig.layout["yaxis" + trace.yaxis[1:]]
-        assert xaxis.title.text == "key" and yaxis.title.text == "query"
+        assert xaxis.title.text == "key"
+        assert yaxis.title.text == ("query" if h == 0 else "")  # once per row of panels
         assert list(xaxis.ticktext) == list("vwxyz") and list(yaxis.ticktext) == ["a", "b", "c"]
         assert yaxis.autorange == "reversed"  # first query at the top
         assert list(trace.x) == ["0: v", "1: w", "2: x", "3: y", "4: z"]  # unique categories
@@ -267,8 +268,11 @@ def test_static_explorer_states_are_mha_weights():
     assert [len(t) for t in ex["traces"]] == [2, 4, 8, 16]  # B*H panels per head count
     assert all("z" not in t for ts in ex["traces"] for t in ts)  # weights only in the states
     assert len(fig.data) == 4  # the initial head count, no hidden panels
-    prefixes = [s.currentvalue.prefix for s in fig.layout.sliders]
-    assert prefixes == ["heads: ", "valid length (example 0): ", "valid length (example 1): "]
+    assert not fig.layout.sliders  # the controls are native HTML inputs (static_explorer_html)
+    assert ex["heads_index"] == 1 and ex["valid_lens"] == [6, 4] and ex["num_keys"] == 6
+    assert len(ex["narrow_layouts"]) == 4 and fig.layout.meta["description"]
+    for wide, narrow in zip(ex["layouts"], ex["narrow_layouts"]):
+        assert narrow["margin"]["l"] < wide["margin"]["l"]  # a phone layout per head count
     for i, H in enumerate(ex["heads"]):
         for lens in ([6, 4], [0, 6], [3, 1]):
             expected = _independent_weights(H, lens)
@@ -284,10 +288,12 @@ def test_static_explorer_states_are_mha_weights():
 def test_static_explorer_single_example_and_html():
     x = torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(0))
     fig = static_explorer(queries=x, num_hiddens=4, tokens=["a", "b", "c"], decimals=3)
-    assert [s.currentvalue.prefix for s in fig.layout.sliders] == ["heads: ", "valid length: "]
     html = static_explorer_html(fig)
     assert f'id="{DIV_ID}"' in html and "plotly-graph-div" in html
-    assert "plotly_sliderchange" in html and "cdn" not in html.lower()
+    assert html.count('type="range"') == 2 and html.count("<label for=") == 2
+    assert ">Heads: <output" in html and ">Valid length: <output" in html
+    assert 'role="img" aria-label="Attention weights' in html
+    assert "Plotly.react" in html and "cdn" not in html.lower()
     assert "<script src" not in html  # plotly.js comes from the site, not embedded or fetched
     assert static_explorer_html(fig) == html  # deterministic
     with pytest.raises(ValueError, match="decimals"):
@@ -445,7 +451,7 @@ def test_explorers_reject_non_integer_head_counts(num_heads):
 
 def test_static_explorer_accepts_numpy_integers():
     fig = static_explorer(decimals=np.int64(3), max_cols=np.int64(2), num_heads=np.int64(4))
-    assert fig.layout.sliders[0].active == 2  # heads (1, 2, 4, 8): 4 is step 2
+    assert fig.layout.meta["explorer"]["heads_index"] == 2  # heads (1, 2, 4, 8): 4 is the third
 
 
 def test_explorers_check_dtype_against_the_model():
@@ -467,7 +473,7 @@ def test_static_explorer_and_heatmaps_work_without_ipywidgets():
     code = (
         "import sys; sys.modules['ipywidgets'] = None\n"
         "from mha_lib.viz import attention_heatmaps, static_explorer_html\n"
-        "assert 'plotly_sliderchange' in static_explorer_html()\n"
+        "assert 'type=\"range\"' in static_explorer_html()\n"
         "try:\n"
         "    from mha_lib.viz import explore\n"
         "except ImportError:\n"

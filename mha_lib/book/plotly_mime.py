@@ -2,36 +2,65 @@
 
 In a kernel, plotly's default renderer emits only ``application/vnd.plotly.v1+json``, a type
 myst-nb does not know. This plugin (registered in ``pyproject.toml`` under the entry-point
-group ``myst_nb.mime_renderers``) turns that JSON into a ``<div>`` and a ``Plotly.newPlot``
-call. plotly.js itself is served once from ``_static`` (see ``_config.yml``), never embedded
+group ``myst_nb.mime_renderers``) turns that JSON into a ``<div>`` and a call to
+``mhaPlot`` (``_static/mha-figures.js``), which draws it with ``Plotly.newPlot``. plotly.js
+itself is served once from ``_static`` (see :mod:`mha_lib.book.sphinx_ext`), never embedded
 and never fetched from a CDN.
+
+Every figure div is an image for assistive technology: ``role="img"`` and an ``aria-label``
+from :func:`figure_description` (``layout.meta.description`` when the figure code set one,
+else its title). On a narrow screen ``mhaPlot`` applies ``layout.meta.narrow`` (layout
+overrides the figure code computed for a phone) or general rules (smaller margins and fonts,
+legend below); see :mod:`mha_lib.viz.responsive`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import html
 import json
+import re
 from typing import ClassVar
 
 from docutils import nodes
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
+CONFIG = {"responsive": True, "displaylogo": False, "displayModeBar": False}
+
+
+def _plain(text: str) -> str:
+    """Title text without plotly's HTML tags (``<br>``, ``<b>``...)."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text)).strip()
+
+
+def figure_description(figure: dict) -> str:
+    """The text alternative of a figure: ``layout.meta.description``, else its title."""
+    layout = figure.get("layout") or {}
+    meta = layout.get("meta")
+    if isinstance(meta, dict) and isinstance(meta.get("description"), str):
+        return meta["description"]
+    title = layout.get("title")
+    text = title.get("text") if isinstance(title, dict) else title
+    if isinstance(text, str) and text.strip():
+        kinds = sorted({t.get("type", "scatter") for t in figure.get("data", [])})
+        return f"Figure: {_plain(text)} ({', '.join(kinds)} chart)."
+    return "Figure (no description given)."
 
 
 def figure_html(figure: dict) -> str:
-    """HTML for a plotly figure dict: a div with a deterministic id and a newPlot script."""
+    """HTML for a plotly figure dict: a div with a deterministic id and an ``mhaPlot`` script."""
     payload = json.dumps(figure, sort_keys=True, separators=(",", ":"))
     div_id = "plotly-" + hashlib.sha1(payload.encode()).hexdigest()[:12]
     data = json.dumps(figure.get("data", []), separators=(",", ":"))
     layout = json.dumps(figure.get("layout", {}), separators=(",", ":"))
-    config = json.dumps({"responsive": True, "displaylogo": False, **figure.get("config", {})})
-    script = (
-        f'Plotly.newPlot("{div_id}", {data}, {layout}, {config});'.replace("</", "<\\/")
-    )
+    config = json.dumps({**CONFIG, **figure.get("config", {})})
+    script = f'mhaPlot("{div_id}", {data}, {layout}, {config});'.replace("</", "<\\/")
+    label = html.escape(figure_description(figure), quote=True)
     height = figure.get("layout", {}).get("height")
     style = f' style="height:{int(height)}px"' if height else ""
     return (
-        f'<div id="{div_id}" class="plotly-graph-div mha-figure"{style}></div>\n'
+        f'<div id="{div_id}" class="plotly-graph-div mha-figure" role="img" '
+        f'aria-label="{label}"{style}></div>\n'
         f'<script type="text/javascript">{script}</script>'
     )
 

@@ -1,8 +1,18 @@
-"""Sphinx extension that keeps the website offline and its console clean.
+"""Sphinx extension that keeps the website offline, light and its console clean.
 
-* serves plotly.js from ``_static`` (copied from the plotly wheel, so its version always matches
-  the Python package) and loads it, as a blocking script before any other, only on pages that
-  draw a plotly figure;
+* serves plotly.js from ``_static``: the partial bundle ``plotly.js-cartesian-dist-min`` (npm,
+  vendored under ``_static/vendor``; heatmap, scatter and bar traces, a third of the full
+  bundle) at the version of the plotly.js inside the plotly wheel, and loads it, as a blocking
+  script before any other, only on pages that draw a plotly figure, followed by
+  ``mha-figures.js`` (text alternatives, phone layouts; see ``mha_lib.book.plotly_mime``);
+* adds the site's stylesheet ``mha-site.css`` (no sideways scrolling on a phone, link
+  contrast, the kernel-free explorer's controls) and ``mha-site.js`` (scrollable regions
+  reachable with the keyboard);
+* Font Awesome on a diet: drops its 1.5 MB SVG-injecting script from every page (the theme
+  also links Font Awesome's CSS and web fonts, which draw the same icons), and cuts that CSS
+  and the solid web font down to the icons the built pages and stylesheets use (250 kB -> a
+  few kB; :func:`subset_fontawesome`, with fontTools);
+* gives the entries of the References list the role their list needs (``listitem``);
 * keeps live ipywidgets off the website: a notebook executed during the build stores its
   widgets' state (megabytes of JavaScript for a plotly ``FigureWidget``), and myst-nb would
   embed it in the page and load the widget manager from a CDN. Without a kernel those widgets
@@ -10,20 +20,64 @@
 * removes sphinx-thebe's scripts: the book has no live-code launch button, and Jupyter Book
   1.0.4 registers thebe's configuration script twice, which logs
   ``Identifier 'THEBE_JS_URL' has already been declared`` on every page.
+
+Stylesheets on a diet too: Bootstrap's full CSS (200 kB, linked by the theme), the theme's,
+myst-nb's and sphinx-design's are cut down to the rules whose class names occur somewhere in the built pages or in the
+site's scripts (:func:`purge_css`, a conservative "unused CSS" removal).
+
+MathJax is loaded by Sphinx only on pages that contain maths (``has_equations``); here as
+MathJax's components (startup, core, TeX input, CHTML output: 0.8 MB) instead of the combined
+``tex-chtml.js`` (1.2 MB, mostly its context menu). sphinx-design's stylesheet and script are
+kept only on pages that use its components (``sd-`` classes).
 """
 
 from __future__ import annotations
 
-import shutil
+import re
 from pathlib import Path
 
-PLOTLY_JS = "plotly.min.js"
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+
+STATIC = Path(__file__).resolve().parents[2] / "_static"
+PLOTLY_JS_VERSION = "4.1.1"
+PLOTLY_JS = f"vendor/plotly.js-cartesian-dist-min-{PLOTLY_JS_VERSION}/plotly-cartesian.min.js"
+# sha256 of the file in the npm tarball plotly.js-cartesian-dist-min-4.1.1.tgz (whose sha512
+# integrity is o8GrFeusncwBIxbBynRJpY4pkgVB6caM+JLpwrLYbbsO7dZ8FJ+SVN2Fr+L7kiG/Z6w4P5O0Jus/Qr5EefHVeg==)
+PLOTLY_JS_SHA256 = "79542150855a52c567260e3137095dbe2b744e6d702a5cabe67da246942fba7a"
+FIGURES_JS = "mha-figures.js"
+SITE_CSS = "mha-site.css"
+SITE_JS = "mha-site.js"
+# The theme's Font Awesome script tag (pydata-sphinx-theme 0.15: vendor/fontawesome/<v>/js/all.min.js)
+_FONTAWESOME_JS = re.compile(r'\s*<script src="[^"]*fontawesome/[^"]*/js/all\.min\.js[^"]*"></script>')
+# Preloads of the brands and regular web fonts, which no page uses (the theme's icons are solid)
+_UNUSED_FONT_PRELOAD = re.compile(
+    r'\s*<link rel="preload" as="font" type="font/woff2" crossorigin href="[^"]*'
+    r'fontawesome/[^"]*/webfonts/fa-(?:brands|regular)-400\.woff2" />'
+)
 
 
-def plotly_js_source() -> Path:
+def wheel_plotly_js_version() -> str:
+    """The plotly.js version bundled in the installed plotly wheel (from its header comment)."""
     import plotly
 
-    return Path(plotly.__file__).parent / "package_data" / PLOTLY_JS
+    path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    head = path.read_text(encoding="utf-8", errors="replace")[:300]
+    match = re.search(r"plotly\.js v(\d+\.\d+\.\d+)", head)
+    return match.group(1) if match else "unknown"
+
+
+def _check_plotly_js(app) -> None:
+    wheel = wheel_plotly_js_version()
+    if wheel != PLOTLY_JS_VERSION:
+        logger.warning(
+            "plotly.js in the plotly wheel is %s but _static serves the cartesian bundle %s: "
+            "vendor plotly.js-cartesian-dist-min@%s (see mha_lib/book/sphinx_ext.py)",
+            wheel, PLOTLY_JS_VERSION, wheel,
+        )
+    if not (STATIC / PLOTLY_JS).exists():
+        logger.warning("_static/%s is missing", PLOTLY_JS)
 
 
 def _drop_thebe(app) -> None:
@@ -43,22 +97,189 @@ def _drop_widget_state(app, doctree) -> None:
         del js_files[key]
 
 
-def _add_plotly_js(app, pagename, templatename, context, doctree) -> None:
+def _mathjax_components(app, config) -> None:
+    if getattr(config, "mathjax_path", "").endswith("mathjax/tex-chtml.js"):  # sphinx-mathjax-offline
+        config.mathjax_path = "mathjax/startup.js"
+        mathjax3 = dict(config.mathjax3_config or {})
+        mathjax3.setdefault("loader", {"load": ["input/tex", "output/chtml"]})
+        config.mathjax3_config = mathjax3
+
+
+def _page_assets(app, pagename, templatename, context, doctree) -> None:
     body = context.get("body", "")
     if "plotly-graph-div" in body:
         app.add_js_file(PLOTLY_JS, priority=1)
+        app.add_js_file(FIGURES_JS, priority=2)
+    if not _DESIGN_CLASS.search(body):
+        for key in ("css_files", "script_files"):
+            context[key] = [asset for asset in context.get(key, [])
+                            if not any(name in str(getattr(asset, "filename", asset))
+                                       for name in ("sphinx-design", "design-tabs"))]
 
 
-def _copy_plotly_js(app, exception) -> None:
-    if exception is None and app.builder.format == "html":
-        static = Path(app.outdir) / "_static"
-        static.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(plotly_js_source(), static / PLOTLY_JS)
+def strip_fontawesome_js(html: str) -> str:
+    """The page without Font Awesome's script and the preloads of unused icon fonts."""
+    return _UNUSED_FONT_PRELOAD.sub("", _FONTAWESOME_JS.sub("", html))
+
+
+_ICON_CLASS = re.compile(r"\bfa-([a-z0-9-]+)")
+_CSS_CODEPOINT = re.compile(r'"\\(f[0-9a-f]{3})"')
+_BIBLIOENTRY = re.compile(r'(<div class="citation"[^>]*?)role="doc-biblioentry"')
+_DESIGN_CLASS = re.compile(r'class="[^"]*\bsd-')
+_PRIVATE_USE = re.compile("[\ue000-\uf8ff]")
+_CSS_RULE = re.compile(r"([^{}]+)\{([^{}]*)\}")
+_FONT_FACE = re.compile(r"@font-face\{[^}]*\}")
+
+
+def _used_icons(outdir: Path, fa_css: Path) -> tuple[set[str], set[int]]:
+    """Icon class names in the pages and code points in the other stylesheets of the site."""
+    names: set[str] = set()
+    for page in outdir.rglob("*.html"):
+        names |= set(_ICON_CLASS.findall(page.read_text(encoding="utf-8")))
+    codepoints: set[int] = set()
+    for css in (outdir / "_static").rglob("*.css"):
+        if css != fa_css:
+            text = css.read_text(encoding="utf-8")
+            codepoints |= {int(c, 16) for c in _CSS_CODEPOINT.findall(text)}
+            codepoints |= {ord(c) for c in _PRIVATE_USE.findall(text)}  # written as characters
+    return names, codepoints
+
+
+def trim_fontawesome_css(css: str, names: set[str]) -> tuple[str, set[int]]:
+    """Font Awesome's CSS with only the icon rules for ``names`` and the solid font faces.
+
+    Returns:
+        The trimmed CSS and the code points of the icons kept.
+    """
+    kept_points: set[int] = set()
+    licence = re.match(r"\s*/\*!.*?\*/", css, re.S)
+    out = [licence.group(0)] if licence else []
+    css = css[licence.end():] if licence else css
+    body = _FONT_FACE.sub("", css)
+    for face in _FONT_FACE.findall(css):  # the solid (weight 900) faces only
+        if "fa-solid-900" in face and "unicode-range" not in face:
+            out.append(face.replace(',url(../webfonts/fa-solid-900.ttf) format("truetype")', ""))
+    for selector, declarations in _CSS_RULE.findall(body):
+        icon_rule = declarations.startswith("content:") and ":before" in selector
+        if icon_rule:
+            icons = re.findall(r"\.fa-([a-z0-9-]+):before", selector)
+            if not set(icons) & names:
+                continue
+            point = _CSS_CODEPOINT.search(declarations)
+            if point:
+                kept_points.add(int(point.group(1), 16))
+        out.append(f"{selector}{{{declarations}}}")
+    return "".join(out), kept_points
+
+
+def subset_fontawesome(outdir: Path) -> None:
+    """Trim Font Awesome's CSS and solid web font in a built site to the icons it uses."""
+    from fontTools import subset
+
+    for fa_css in (outdir / "_static" / "vendor" / "fontawesome").glob("*/css/all.min.css"):
+        names, codepoints = _used_icons(outdir, fa_css)
+        css, kept = trim_fontawesome_css(fa_css.read_text(encoding="utf-8"), names)
+        font = fa_css.parent.parent / "webfonts" / "fa-solid-900.woff2"
+        options = subset.Options()
+        options.flavor = "woff2"
+        options.layout_features = ["*"]
+        subsetter = subset.Subsetter(options)
+        ttfont = subset.load_font(str(font), options)
+        subsetter.populate(unicodes=sorted(codepoints | kept))
+        subsetter.subset(ttfont)
+        subset.save_font(ttfont, str(font), options)
+        fa_css.write_text(css, encoding="utf-8")
+
+
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_SELECTOR_CLASS = re.compile(r"\.(-?[A-Za-z_][A-Za-z0-9_-]*)")
+PURGED_CSS = ("styles/bootstrap.css", "styles/pydata-sphinx-theme.css", "mystnb.*.css",
+              "sphinx-design.min.css")
+
+
+def _split_selectors(prelude: str) -> list[str]:
+    """Split a selector list at its top-level commas (not those inside ``:not(a, b)``)."""
+    out, depth, current = [], 0, []
+    for ch in prelude:
+        depth += ch in "(["
+        depth -= ch in ")]"
+        if ch == "," and depth == 0:
+            out.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    out.append("".join(current))
+    return out
+
+
+def purge_css(css: str, used: set[str]) -> str:
+    """``css`` without the selectors naming a class outside ``used`` (rules left empty go).
+
+    ``@media``/``@supports``/``@layer`` blocks are purged inside; other at-rules are kept whole.
+    """
+    out, i, n = [], 0, len(css)
+    while i < n:
+        open_at = css.find("{", i)
+        if open_at < 0:
+            out.append(css[i:])
+            break
+        depth, k = 1, open_at + 1
+        while depth and k < n:
+            depth += (css[k] == "{") - (css[k] == "}")
+            k += 1
+        prelude, block = css[i:open_at], css[open_at + 1:k - 1]
+        head = prelude.strip()
+        if head.startswith(("@media", "@supports", "@layer")):
+            inner = purge_css(block, used)
+            if inner.strip():
+                out.append(f"{prelude}{{{inner}}}")
+        elif head.startswith("@"):
+            out.append(f"{prelude}{{{block}}}")
+        else:
+            kept = [s for s in _split_selectors(prelude) if set(_SELECTOR_CLASS.findall(s)) <= used]
+            if kept:
+                out.append(",".join(kept) + "{" + block + "}")
+        i = k
+    return "".join(out)
+
+
+def _purge_stylesheets(outdir: Path) -> None:
+    static = outdir / "_static"
+    used: set[str] = set()
+    for path in [*outdir.rglob("*.html"), *static.rglob("*.js")]:
+        used |= set(_TOKEN.findall(path.read_text(encoding="utf-8", errors="replace")))
+    for pattern in PURGED_CSS:
+        for css in static.glob(pattern):
+            css.write_text(purge_css(css.read_text(encoding="utf-8"), used), encoding="utf-8")
+
+
+def fix_citation_roles(html: str) -> str:
+    """Entries of a citation list as ``role="listitem"``: docutils writes ``role="list"`` on the
+    list but the DPUB role ``doc-biblioentry`` on its entries, which breaks the list for
+    assistive technology (axe: critical ``aria-required-children``)."""
+    return _BIBLIOENTRY.sub(r'\1role="listitem"', html)
+
+
+def _lighten_pages(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    outdir = Path(app.outdir)
+    for page in outdir.rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        lighter = fix_citation_roles(strip_fontawesome_js(html))
+        if lighter != html:
+            page.write_text(lighter, encoding="utf-8")
+    subset_fontawesome(outdir)
+    _purge_stylesheets(outdir)
 
 
 def setup(app):
     app.connect("builder-inited", _drop_thebe)
+    app.connect("builder-inited", _check_plotly_js)
     app.connect("doctree-read", _drop_widget_state)
-    app.connect("html-page-context", _add_plotly_js)
-    app.connect("build-finished", _copy_plotly_js)
+    app.connect("config-inited", _mathjax_components)
+    app.connect("html-page-context", _page_assets)
+    app.connect("build-finished", _lighten_pages)
+    app.add_css_file(SITE_CSS)
+    app.add_js_file(SITE_JS, loading_method="defer")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

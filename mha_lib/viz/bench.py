@@ -7,7 +7,7 @@ Usage::
 
 * live: median time from setting a slider's ``value`` (what a reader's drag does in the kernel)
   to the updated ``FigureWidget``, for the default explorer; goal <= 20 ms.
-* static: median time in Chromium from the mouse press on a slider step of the kernel-free
+* static: median time in Chromium from the mouse press on a range input of the kernel-free
   explorer to the first animation frame after plotly redrew; goal <= 100 ms.
 """
 
@@ -49,7 +49,7 @@ def time_static_explorer(site_dir: Path, repeats: int = 30,
     """Median milliseconds per slider step of the kernel-free explorer on the built page."""
     from playwright.sync_api import sync_playwright
 
-    from mha_lib.viz.browser import click_slider_step, install_redraw_timer, redraw_times
+    from mha_lib.viz.browser import click_control, install_redraw_timer, redraw_times
 
     page_path = Path(site_dir).resolve() / "chapters" / "04_exploring_heads.html"
     if not page_path.exists():
@@ -69,7 +69,7 @@ def time_static_explorer(site_dir: Path, repeats: int = 30,
         for name, clicks in plans.items():
             install_redraw_timer(page)
             for slider, step in clicks:
-                click_slider_step(page, slider, (step + 1) % 4 if slider == 0 else step)
+                click_control(page, slider, (step + 1) % 4 if slider == 0 else step)
                 page.wait_for_timeout(30)
             times = redraw_times(page)
             results[name] = statistics.median(times) if times else float("nan")

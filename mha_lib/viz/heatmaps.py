@@ -14,6 +14,7 @@ looks like a merely small weight.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Sequence
 
@@ -26,6 +27,8 @@ from mha_lib.masking import check_valid_lens, keep_mask_from_valid_lens, keep_to
 from mha_lib.viz.layout import (
     MARGIN_BOTTOM_PX,
     MARGIN_TOP_PX,
+    NARROW_PANEL_PX,
+    PANEL_PX,
     axis_names,
     figure_height,
     panels,
@@ -35,6 +38,13 @@ COLORSCALE = "Viridis"
 MASKED_COLOR = "#c8c8c8"  # grey: not on the viridis scale, so never confused with a weight
 WEIGHT_TOLERANCE = 1e-5
 DEFAULT_MAX_COLS = 4
+NARROW_MAX_COLS = 2  # panels side by side on a phone
+# Plotting width the panels share, in pixels: the book's text column on a laptop (about 730 px
+# minus the margins) and on a phone (390 px minus the page's and the figure's margins).
+WIDE_PLOT_PX = 580
+NARROW_PLOT_PX = 250
+CHAR_PX = 7  # width of one tick-label character (12 px font)
+LINE_PX = 15  # height of one tick label
 # A hidden slot (room for more heads) keeps plotly's default domain; it draws nothing because
 # the plot background is transparent and each shown panel gets its own grey rectangle.
 HIDDEN_DOMAIN = (0.0, 1.0)
@@ -167,12 +177,24 @@ def example_titles_or_default(titles: object, batch_size: int) -> tuple[str, ...
     return tuple(titles)
 
 
-def _axis(title: str, domain, anchor: str, visible: bool, categories, ticks) -> dict:
-    """One panel axis: categorical (unique "i: token" categories), ticks show the tokens."""
+def tick_step(num_ticks: int, room_px: float, tick_px: float) -> int:
+    """Label every ``step``-th tick so that ``num_ticks`` labels of ``tick_px`` fit ``room_px``."""
+    return max(1, math.ceil(num_ticks * tick_px / max(room_px, 1.0)))
+
+
+def _axis(title: str, domain, anchor: str, visible: bool, categories, ticks,
+          step: int = 1) -> dict:
+    """One panel axis: categorical (unique "i: token" categories), ticks show the tokens.
+
+    Only every ``step``-th tick is labelled (never rotated), so labels neither collide nor run
+    into the next row of panels; hover texts still name every cell.
+    """
+    categories, ticks = list(categories), list(ticks)
     return {
         "domain": list(domain), "anchor": anchor, "visible": visible,
         "title": {"text": title, "standoff": 2}, "type": "category",
-        "tickmode": "array", "tickvals": list(categories), "ticktext": list(ticks),
+        "tickmode": "array", "tickvals": categories[::step], "ticktext": ticks[::step],
+        "tickangle": 0, "tickfont": {"size": 11},
         "showgrid": False, "zeroline": False, "fixedrange": True,
     }
 
@@ -197,6 +219,7 @@ def heatmap_parts(
     title: str | None = None,
     masked_note: bool | None = None,
     example_titles: object = None,
+    narrow: bool = False,
 ) -> tuple[list[dict], dict]:
     """Traces and layout (plain dicts) drawing checked weights; shared by every figure here.
 
@@ -215,6 +238,8 @@ def heatmap_parts(
             "example b"; with one example and no names the titles say only "head h").
         num_slots: heads the figure has room for (default H).
         masked_note: show the "grey = masked" note (default: when something is masked).
+        narrow: the layout for a phone (at most :data:`NARROW_MAX_COLS` smaller panels side by
+            side, smaller margins and fonts); the traces are the same either way.
 
     Returns:
         ``(traces, layout)`` to pass to ``go.Figure(data=..., layout=...)`` or to update with.
@@ -226,7 +251,13 @@ def heatmap_parts(
     names = example_titles_or_default(example_titles, B)
     query_ticks = example_labels(query_labels, B, Lq, "query_labels")
     key_ticks = example_labels(key_labels, B, Lk, "key_labels")
-    shown = {(p.example, p.head): p for p in panels(B, H, max_cols)}
+    if narrow:
+        max_cols = min(max_cols, NARROW_MAX_COLS)
+    panel_px = NARROW_PANEL_PX if narrow else PANEL_PX
+    plot_px = NARROW_PLOT_PX if narrow else WIDE_PLOT_PX
+    cols = min(H, max_cols)
+    panel_width_px = plot_px * (1 - 0.08 * (cols - 1)) / cols
+    shown = {(p.example, p.head): p for p in panels(B, H, max_cols, panel_px)}
     traces: list[dict] = []
     layout: dict = {}
     annotations = []
@@ -234,6 +265,9 @@ def heatmap_parts(
     for b in range(B):
         queries = _categories(query_ticks[b], query_labels is not None)
         keys = _categories(key_ticks[b], key_labels is not None)
+        widest = max(len(t) for t in key_ticks[b]) * CHAR_PX + 6
+        x_step = tick_step(Lk, panel_width_px, widest)
+        y_step = tick_step(Lq, panel_px, LINE_PX)
         z = weights[b].copy()  # (H, Lq, Lk)
         if masked is not None:
             # (Lq, Lk) -> (H, Lq, Lk): a per-example mask is the same for every head
@@ -260,9 +294,10 @@ def heatmap_parts(
                 "text": panel_text(z[h]) if panel else None,
             })
             layout["xaxis" + x[1:]] = _axis("key", panel.x_domain if panel else HIDDEN_DOMAIN, y,
-                                            panel is not None, keys, key_ticks[b])
-            yaxis = _axis("query", panel.y_domain if panel else HIDDEN_DOMAIN, x,
-                          panel is not None, queries, query_ticks[b])
+                                            panel is not None, keys, key_ticks[b], x_step)
+            first_column = panel is None or panel.x_domain[0] == 0  # "query" once per row
+            yaxis = _axis("query" if first_column else "", panel.y_domain if panel else HIDDEN_DOMAIN,
+                          x, panel is not None, queries, query_ticks[b], y_step)
             layout["yaxis" + y[1:]] = {**yaxis, "autorange": "reversed"}
             if panel is not None:
                 shapes.append({  # the panel's background, seen through the masked (NaN) cells
@@ -276,30 +311,66 @@ def heatmap_parts(
                     "xref": "paper", "yref": "paper",
                     "x": (panel.x_domain[0] + panel.x_domain[1]) / 2, "y": panel.y_domain[1],
                     "xanchor": "center", "yanchor": "bottom", "showarrow": False,
-                    "font": {"size": 13},
+                    "font": {"size": 11 if narrow else 13},
                 })
-    if masked_note or (masked_note is None and masked is not None and masked.any()):
-        annotations.append({
+    title_px = 0 if title is None else 30 * len(_wrap(title, 34 if narrow else 90).split("<br>"))
+    note = masked_note or (masked_note is None and masked is not None and masked.any())
+    if note:
+        annotations.append({  # under the colour bar, which ends at 0.2 of the height
             "text": "grey:<br>masked<br>key", "xref": "paper", "yref": "paper",
             "x": 1.02, "y": 0.18, "xanchor": "left", "yanchor": "top", "align": "left",
-            "showarrow": False, "font": {"size": 12, "color": "#444"},
+            "showarrow": False, "font": {"size": 11 if narrow else 12, "color": "#444"},
         })
+    height = figure_height(B, H, max_cols, panel_px) + title_px
     layout.update(
         annotations=annotations,
         shapes=shapes,
         coloraxis={
             "colorscale": COLORSCALE, "cmin": 0.0, "cmax": 1.0,
-            "colorbar": {"title": {"text": "weight"}, "len": 0.6, "y": 0.5, "x": 1.02,
-                         "thickness": 14},
+            "colorbar": {"title": {"text": "weight", "side": "right"}, "len": 0.6, "y": 0.5,
+                         "yanchor": "middle", "x": 1.02, "thickness": 10 if narrow else 14,
+                         "lenmode": "fraction"},
         },
         plot_bgcolor="rgba(0,0,0,0)",
-        height=figure_height(B, H, max_cols) + (0 if title is None else 30),
-        margin={"t": MARGIN_TOP_PX if title is None else MARGIN_TOP_PX + 30,
-                "b": MARGIN_BOTTOM_PX, "l": 60, "r": 90},
-        title={"text": title} if title else None,
+        height=height,
+        margin={"t": MARGIN_TOP_PX + title_px, "b": MARGIN_BOTTOM_PX,
+                "l": 44 if narrow else 60, "r": 64 if narrow else 90},
+        title=({"text": _wrap(title, 34 if narrow else 90), "x": 0, "xanchor": "left",
+                "font": {"size": 14 if narrow else 17}} if title else None),
         showlegend=False,
     )
+    if note and height < 420:  # keep the colour bar clear of the note in short figures
+        layout["coloraxis"]["colorbar"].update(len=0.5, y=0.62)
     return traces, layout
+
+
+def _wrap(text: str, width: int) -> str:
+    """Break a title into lines of at most ``width`` characters (plotly does not wrap)."""
+    if "<br>" in text or len(text) <= width:
+        return text
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return "<br>".join([*lines, line])
+
+
+def layout_overrides(wide: dict, narrow: dict) -> dict:
+    """The top-level layout entries of ``narrow`` that differ from ``wide`` (for ``meta.narrow``)."""
+    return {k: v for k, v in narrow.items() if wide.get(k) != v}
+
+
+def describe_heatmaps(B: int, H: int, Lq: int, Lk: int, masked: bool, title: str | None) -> str:
+    """A text alternative for a grid of attention heatmaps."""
+    what = f"{title}: " if title else ""
+    grid = f"{B} example{'s' if B > 1 else ''} by {H} head{'s' if H > 1 else ''}"
+    text = (f"{what}heatmaps of attention weights, one panel per example and head ({grid}). "
+            f"In each panel the {Lk} keys run left to right and the {Lq} queries top to bottom; "
+            "colour shows the weight from 0 (dark purple) to 1 (yellow), each row sums to 1.")
+    return text + (" Grey cells are masked keys, with weight 0." if masked else "")
 
 
 def attention_heatmaps(
@@ -365,8 +436,13 @@ def attention_heatmaps(
         initial=0.0
     ) > WEIGHT_TOLERANCE:
         raise ValueError(f"weights must be 0 on the keys that {source} masks out; they are not")
-    traces, layout = heatmap_parts(
-        array, masked, query_labels=query_labels, key_labels=key_labels,
-        max_cols=max_cols, title=title, example_titles=example_titles,
-    )
+    options = dict(query_labels=query_labels, key_labels=key_labels, max_cols=max_cols,
+                   title=title, example_titles=example_titles)
+    traces, layout = heatmap_parts(array, masked, **options)
+    _, narrow = heatmap_parts(array, masked, narrow=True, **options)
+    layout["meta"] = {
+        "description": describe_heatmaps(B, H, Lq, Lk, masked is not None and bool(masked.any()),
+                                         title),
+        "narrow": layout_overrides(layout, narrow),
+    }
     return go.Figure(data=traces, layout=layout)

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 PANEL_PX = 170  # height of one panel's plotting area, in pixels
+NARROW_PANEL_PX = 120  # the same on a phone (see mha_lib.viz.heatmaps.heatmap_parts(narrow=True))
 TITLE_PX = 24  # room above each panel for its "head h" title
 AXIS_PX = 52  # room below each panel for its tick labels and "key" axis title
 ROW_PX = TITLE_PX + PANEL_PX + AXIS_PX
@@ -45,7 +46,8 @@ def grid_shape(num_heads: int, max_cols: int) -> tuple[int, int]:
     return math.ceil(num_heads / cols), cols
 
 
-def panels(num_examples: int, num_heads: int, max_cols: int) -> list[Panel]:
+def panels(num_examples: int, num_heads: int, max_cols: int,
+           panel_px: int = PANEL_PX) -> list[Panel]:
     """The panels of a B x H grid, example-major (panel ``b*H + h`` is head ``h`` of example ``b``).
 
     Examples are stacked top to bottom; the heads of one example run left to right and wrap
@@ -53,7 +55,8 @@ def panels(num_examples: int, num_heads: int, max_cols: int) -> list[Panel]:
     """
     rows_per_example, cols = grid_shape(num_heads, max_cols)
     rows = num_examples * rows_per_example
-    total_px = rows * ROW_PX
+    row_px = TITLE_PX + panel_px + AXIS_PX
+    total_px = rows * row_px
     x_gap = 0.08 if cols > 1 else 0.0
     width = (1 - x_gap * (cols - 1)) / cols
     out = []
@@ -62,15 +65,16 @@ def panels(num_examples: int, num_heads: int, max_cols: int) -> list[Panel]:
             row = b * rows_per_example + h // cols
             col = h % cols
             x0 = col * (width + x_gap)
-            top = 1 - (row * ROW_PX + TITLE_PX) / total_px
-            bottom = 1 - ((row + 1) * ROW_PX - AXIS_PX) / total_px
+            top = 1 - (row * row_px + TITLE_PX) / total_px
+            bottom = 1 - ((row + 1) * row_px - AXIS_PX) / total_px
             out.append(Panel(b, h, (round(x0, 6), round(x0 + width, 6)),
                              (round(max(bottom, 0.0), 6), round(top, 6))))
     return out
 
 
-def figure_height(num_examples: int, num_heads: int, max_cols: int) -> int:
+def figure_height(num_examples: int, num_heads: int, max_cols: int,
+                  panel_px: int = PANEL_PX) -> int:
     """Pixel height of the figure that holds the B x H panels."""
     rows_per_example, _ = grid_shape(num_heads, max_cols)
     rows = num_examples * rows_per_example
-    return rows * ROW_PX + MARGIN_TOP_PX + MARGIN_BOTTOM_PX
+    return rows * (TITLE_PX + panel_px + AXIS_PX) + MARGIN_TOP_PX + MARGIN_BOTTOM_PX

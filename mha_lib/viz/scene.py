@@ -257,7 +257,7 @@ class Source:
                                  valid_lens)
 
     def parts(self, weights: Tensor, valid_lens: Sequence[int], max_cols: int,
-              num_slots: int | None = None) -> tuple[list[dict], dict]:
+              num_slots: int | None = None, narrow: bool = False) -> tuple[list[dict], dict]:
         """Traces and layout drawing ``weights`` of this source, masked keys from ``valid_lens``.
 
         Shapes:
@@ -266,6 +266,7 @@ class Source:
         Args:
             num_slots: heads the figure has room for; default the largest head count offered,
                 so that hidden slots stand ready for any other head count.
+            narrow: the layout for a phone (see :func:`mha_lib.viz.heatmaps.heatmap_parts`).
 
         Raises:
             ValueError: weights not finite or outside [0, 1] (see
@@ -278,7 +279,7 @@ class Source:
             array, masked_keys(list(valid_lens), B, Lq, Lk), query_labels=scene.query_tokens,
             key_labels=scene.key_tokens, max_cols=max_cols,
             num_slots=max(self.head_choices) if num_slots is None else num_slots,
-            masked_note=True,
+            masked_note=True, narrow=narrow,
         )
 
 

@@ -1,11 +1,12 @@
-"""The kernel-free explorer for the website: precomputed weights, plotly sliders, a little JavaScript.
+"""The kernel-free explorer for the website: precomputed weights, native sliders, a little JavaScript.
 
+The sliders are HTML range inputs with labels (mouse, touch and keyboard), above the figure.
 Without a kernel nothing can be recomputed, so every state the sliders can reach is computed
 in advance by :meth:`mha_lib.viz.scene.Source.weights` (the real MultiHeadAttention) and
 stored in the figure (``layout.meta["explorer"]``). The examples of a batch do not influence
 each other, so the weights of example ``b`` depend only on (H, its own valid length): the
 figure stores one state per (H, example, valid length), and a short script combines the
-sliders' positions into one ``Plotly.update`` call. That keeps the page small: the default
+sliders' positions into one ``Plotly.react`` call. That keeps the page small: the default
 explorer holds 4 head counts x 2 examples x 7 valid lengths states, not 4 x 7 x 7.
 
 Shape legend
@@ -16,59 +17,76 @@ Shape legend
 
 from __future__ import annotations
 
+import html
+import json
 import numbers
-from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from mha_lib._checks import check_positive_int
 from mha_lib.viz.heatmaps import DEFAULT_MAX_COLS
 from mha_lib.viz.scene import Source, make_source
 
 DIV_ID = "mha-static-explorer"
-SLIDER_ROW_PX = 85  # height of one row of sliders above the panels
-SLIDERS_PER_ROW = 3
+CONTROLS_ID = DIV_ID + "-controls"
 
-# Runs once after Plotly.newPlot; "{plot_id}" is replaced by plotly's to_html. On a slider
-# change it shows the stored state of each example for the sliders' positions: a restyle of the
-# changed example's panels for a valid length; for a head count, ``Plotly.react`` on the same
-# div with that head count's traces and layout. (Unlike the live FigureWidget, the figure keeps
-# no hidden panels for other head counts: in plotly.js they cost about 60 ms per redraw.)
+# The page's script, after plotly.js. "__STATES__" is replaced by the explorer's states. Every change of a
+# range input (mouse, touch, keyboard) redraws the figure with Plotly.react: the chosen head
+# count's traces holding the stored weights of each example's chosen valid length, and that head
+# count's layout (the phone layout when the figure's box is narrow). The figure's div takes the
+# layout's height each time, so the page below it moves down instead of being covered.
 REDRAW_JS = """
 (function () {
-  var gd = document.getElementById("{plot_id}");
-  var ex = gd.layout.meta.explorer;
-  var shown = gd.layout.sliders.map(function (s) { return s.active; });  // what is drawn
+  var gd = document.getElementById("__DIV__");
+  var ex = __STATES__;
+  var config = {responsive: true, displaylogo: false, displayModeBar: false};
+  var inputs = Array.prototype.slice.call(
+    document.querySelectorAll("#__CONTROLS__ input[type=range]"));  // heads, then one per example
+  function narrow() {
+    return window.mhaIsNarrow ? window.mhaIsNarrow(gd) : (gd.parentElement || gd).clientWidth < 560;
+  }
   function hoverText(z) {
     return z.map(function (row) {
       return row.map(function (w) { return w === null ? "masked" : "weight " + w.toFixed(3); });
     });
   }
-  function redraw() {
-    var active = gd.layout.sliders.map(function (s) { return s.active; });
-    var hi = active[0], headsChanged = hi !== shown[0];
-    var data = [], traces = [];
-    ex.traces[hi].forEach(function (trace, k) {
-      var b = trace.meta.example, h = trace.meta.head;
-      if (!headsChanged && active[1 + b] === shown[1 + b]) return;  // example unchanged
-      var z = ex.weights[hi][b][active[1 + b]][h];
-      data.push(Object.assign({}, trace, {z: z, text: hoverText(z)}));
-      traces.push(k);
-    });
-    shown = active;
-    if (headsChanged) {  // other panels: this head count's traces and layout, same sliders
-      var layout = Object.assign({}, ex.layouts[hi], {sliders: gd.layout.sliders,
-                                                      meta: gd.layout.meta});
-      return Plotly.react(gd, data, layout);
-    }
-    if (!traces.length) return null;
-    return Plotly.restyle(gd, {
-      z: data.map(function (t) { return t.z; }),
-      text: data.map(function (t) { return t.text; }),
-    }, traces);
+  function active() { return inputs.map(function (input) { return Number(input.value); }); }
+  function describe(state) {
+    var H = ex.heads[state[0]];
+    var lens = state.slice(1).map(function (v, b) { return "example " + b + " sees " + v + " key" + (v === 1 ? "" : "s"); });
+    return ex.description + " Now: " + H + " head" + (H === 1 ? "" : "s") + "; " + lens.join(", ") + ".";
   }
-  gd.on("plotly_sliderchange", redraw);
+  function labels(state) {
+    inputs.forEach(function (input, i) {
+      var text = i === 0 ? ex.heads[state[0]] + (ex.heads[state[0]] === 1 ? " head" : " heads")
+                         : state[i] + " of " + input.max + " keys";
+      input.setAttribute("aria-valuetext", text);
+      var out = document.getElementById(input.id + "-value");
+      if (out) out.textContent = i === 0 ? String(ex.heads[state[0]]) : String(state[i]);
+    });
+    gd.setAttribute("aria-label", describe(state));
+  }
+  var shownNarrow = null;
+  function redraw() {
+    var state = active(), hi = state[0];
+    shownNarrow = narrow();
+    var data = ex.traces[hi].map(function (trace) {
+      var b = trace.meta.example, h = trace.meta.head;
+      var z = ex.weights[hi][b][state[1 + b]][h];
+      return Object.assign({}, trace, {z: z, text: hoverText(z)});
+    });
+    var layout = (shownNarrow ? ex.narrow_layouts : ex.layouts)[hi];
+    gd.style.height = layout.height + "px";
+    labels(state);
+    gd.dataset.state = JSON.stringify(state);
+    return Plotly.react(gd, data, layout, config);
+  }
+  inputs.forEach(function (input) { input.addEventListener("input", redraw); });
+  window.addEventListener("resize", function () { if (narrow() !== shownNarrow) redraw(); });
+  gd.mhaExplorer = {states: ex, redraw: redraw};
+  redraw();
 })();
 """
 
@@ -100,29 +118,6 @@ def explorer_states(source: Source, *, seed: int | None = None, decimals: int = 
     return states
 
 
-def _sliders(source: Source, heads_index: int, valid_lens: Sequence[int]) -> list[dict]:
-    """Plotly sliders: head count first, then one valid length per example, in rows of three."""
-    B, Lk = source.scene.batch_size, source.scene.num_keys
-    specs = [("heads: ", [str(H) for H in source.head_choices], heads_index)]
-    for b in range(B):
-        prefix = "valid length: " if B == 1 else f"valid length (example {b}): "
-        specs.append((prefix, [str(v) for v in range(Lk + 1)], valid_lens[b]))
-    rows = -(-len(specs) // SLIDERS_PER_ROW)
-    sliders = []
-    for i, (prefix, labels, active) in enumerate(specs):
-        row, col = divmod(i, SLIDERS_PER_ROW)
-        sliders.append({
-            "active": active,
-            "currentvalue": {"prefix": prefix, "font": {"size": 14}},
-            "steps": [{"label": label, "method": "skip", "args": [None]} for label in labels],
-            "x": col / SLIDERS_PER_ROW, "len": 1 / SLIDERS_PER_ROW - 0.04,
-            "y": 1, "xanchor": "left", "yanchor": "bottom",
-            "pad": {"t": 0, "b": 30 + SLIDER_ROW_PX * (rows - 1 - row)},
-            "transition": {"duration": 0},
-        })
-    return sliders
-
-
 def static_explorer(
     *,
     num_heads: int | None = None,
@@ -134,12 +129,14 @@ def static_explorer(
 
     The arguments mean what they mean for :func:`mha_lib.viz.explore` (same defaults, same
     weights; ``inputs`` go to :func:`mha_lib.viz.scene.make_source`); ``seed`` is fixed here.
-    Sliders: "heads: " (head counts dividing num_hiddens) and
-    one "valid length (example b): " per example ("valid length: " for one example). The
-    states live in ``fig.layout.meta["explorer"]``: ``heads``, ``weights`` (see
-    :func:`explorer_states`), per head count the ``traces`` (without weights) and the
-    ``layouts``, and ``batch_size``. Moving a slider needs :data:`REDRAW_JS`, which
-    :func:`static_explorer_html` attaches.
+    The figure shows the initial configuration; its controls (a "heads" range input over the
+    head counts dividing num_hiddens, and one "valid length" range input per example) are
+    native HTML added by :func:`static_explorer_html`. The states live in
+    ``fig.layout.meta["explorer"]``: ``heads``, ``weights`` (see :func:`explorer_states`), per
+    head count the ``traces`` (without weights), the ``layouts`` and the phone layouts
+    ``narrow_layouts``, ``batch_size``, ``num_keys``, the initial ``valid_lens`` and
+    ``heads_index``, and a ``description`` (the figure's text alternative, also
+    ``meta["description"]``).
 
     Args:
         decimals: weights are rounded to this many decimals to keep the page small.
@@ -160,39 +157,78 @@ def static_explorer(
     num_heads = source.initial_heads(num_heads)
     lens = list(source.scene.valid_lens)
     states = explorer_states(source, decimals=decimals)
-    sliders = _sliders(source, heads.index(num_heads), lens)
-    extra_px = SLIDER_ROW_PX * -(-len(sliders) // SLIDERS_PER_ROW)
-    skeletons, layouts = [], []
+    skeletons, layouts, narrow_layouts = [], [], []
     for i, H in enumerate(heads):
-        traces, layout = source.parts(source.weights(H, lens), lens, max_cols, num_slots=H)
-        for trace in traces:  # the stored state, so the page shows exactly what sliders do
+        weights = source.weights(H, lens)
+        traces, layout = source.parts(weights, lens, max_cols, num_slots=H)
+        _, narrow = source.parts(weights, lens, max_cols, num_slots=H, narrow=True)
+        for trace in traces:  # the stored state, so the page shows exactly what the controls do
             b, h = trace["meta"]["example"], trace["meta"]["head"]
             trace["z"] = states[i][b][lens[b]][h]
-        layout.update(height=layout["height"] + extra_px,
-                      margin={**layout["margin"], "t": layout["margin"]["t"] + extra_px})
         skeletons.append([{k: v for k, v in t.items() if k not in ("z", "text")} for t in traces])
         layouts.append(layout)
+        narrow_layouts.append(narrow)
         if H == num_heads:
             initial_traces, initial_layout = traces, dict(layout)
-    initial_layout.update(
-        sliders=sliders,
-        meta={"explorer": {"heads": heads, "weights": states, "traces": skeletons,
-                           "layouts": layouts, "batch_size": source.scene.batch_size}},
+    B, Lk = source.scene.batch_size, source.scene.num_keys
+    description = (
+        f"Attention weights of MultiHeadAttention on {B} short sentence"
+        f"{'s' if B > 1 else ''}: one heatmap per example and head, keys left to right, "
+        "queries top to bottom, colour from 0 (dark purple) to 1 (yellow), masked keys grey. "
+        "The controls above choose the number of heads and each example's valid length."
     )
+    initial_layout.update(meta={
+        "description": description,
+        "explorer": {"heads": heads, "weights": states, "traces": skeletons,
+                     "layouts": layouts, "narrow_layouts": narrow_layouts, "batch_size": B,
+                     "num_keys": Lk, "valid_lens": lens, "heads_index": heads.index(num_heads),
+                     "description": description},
+    })
     return go.Figure(data=initial_traces, layout=initial_layout)
 
 
-def static_explorer_html(fig: go.Figure | None = None, **kwargs) -> str:
-    """HTML for the website: the static explorer's div (fixed id) and scripts, no plotly.js.
+def _range(input_id: str, label: str, value: int, maximum: int, shown: str) -> str:
+    """One labelled native range input with its current value in an ``<output>``."""
+    return (
+        f'<div class="mha-control"><label for="{input_id}">{label}: '
+        f'<output id="{input_id}-value" for="{input_id}">{shown}</output></label>'
+        f'<input type="range" id="{input_id}" min="0" max="{maximum}" step="1" '
+        f'value="{value}"></div>'
+    )
 
-    plotly.js is served by the book's own ``_static`` (see ``mha_lib.book.sphinx_ext``): the
-    HTML has no CDN link and no MathJax. Show it with ``IPython.display.HTML(...)``.
+
+def controls_html(explorer: dict) -> str:
+    """The explorer's controls: a "Heads" range input and one "valid length" per example."""
+    heads, hi = explorer["heads"], explorer["heads_index"]
+    B, Lk = explorer["batch_size"], explorer["num_keys"]
+    parts = [_range(f"{CONTROLS_ID}-heads", "Heads", hi, len(heads) - 1, str(heads[hi]))]
+    for b, v in enumerate(explorer["valid_lens"]):
+        label = "Valid length" if B == 1 else f"Valid length of example {b}"
+        parts.append(_range(f"{CONTROLS_ID}-len-{b}", label, v, Lk, str(v)))
+    return (f'<div class="mha-explorer-controls" id="{CONTROLS_ID}" role="group" '
+            f'aria-label="Explorer controls">{"".join(parts)}</div>')
+
+
+def static_explorer_html(fig: go.Figure | None = None, **kwargs) -> str:
+    """HTML for the website: native controls, the figure's div (fixed id) and its script.
+
+    The controls are ``<input type="range">`` elements with ``<label>``s (mouse, touch and
+    keyboard: arrow keys, Home, End). plotly.js is served by the book's own ``_static`` (see
+    ``mha_lib.book.sphinx_ext``): the HTML has no CDN link and no MathJax. Show it with
+    ``IPython.display.HTML(...)``.
 
     Args:
         fig: a figure from :func:`static_explorer`; built from ``kwargs`` when None.
     """
     fig = static_explorer(**kwargs) if fig is None else fig
-    return fig.to_html(
-        include_plotlyjs=False, include_mathjax=False, full_html=False, div_id=DIV_ID,
-        post_script=REDRAW_JS, config={"displaylogo": False, "responsive": True},
+    explorer = json.loads(pio.to_json(fig.layout.meta["explorer"], validate=False))
+    script = (REDRAW_JS.replace("__DIV__", DIV_ID).replace("__CONTROLS__", CONTROLS_ID)
+              .replace("__STATES__", json.dumps(explorer, separators=(",", ":"))))
+    label = html.escape(explorer["description"], quote=True)
+    script = script.replace("</", "<\\/")  # the JSON cannot close the script early
+    return (
+        f'<div class="mha-explorer">{controls_html(explorer)}'
+        f'<div id="{DIV_ID}" class="plotly-graph-div mha-figure" role="img" aria-label="{label}" '
+        f'style="height:{int(fig.layout.height)}px"></div></div>\n'
+        f'<script type="text/javascript">{script}</script>'
     )

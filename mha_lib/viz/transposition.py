@@ -119,6 +119,8 @@ def transposition_figure(
         "title": {"text": "head"}, "tickvals": list(range(H)),
         "ticktext": [f"head {h}" for h in range(H)], "len": 0.5,
     }
+    coloraxis = {"colorscale": _discrete_colorscale(H), "cmin": -0.5, "cmax": H - 0.5,
+                 "colorbar": colorbar}
     for col, (part, x_title) in enumerate(((left, "feature f of D"), (right, "feature of the head (d)")),
                                           start=1):
         fig.add_trace(
@@ -126,8 +128,7 @@ def transposition_figure(
                 z=part["z"], text=part["text"], customdata=part["customdata"],
                 texttemplate="%{text}", textfont={"size": 11, "color": "black"},
                 hovertemplate="%{customdata}<extra></extra>", hoverongaps=False,
-                colorscale=_discrete_colorscale(H), zmin=-0.5, zmax=H - 0.5,
-                showscale=col == 2, colorbar=colorbar, xgap=2, ygap=2,
+                coloraxis="coloraxis", xgap=2, ygap=2,
             ),
             row=1, col=col,
         )
@@ -140,9 +141,50 @@ def transposition_figure(
     fig.update_yaxes(domain=[1 - left["rows"] / right["rows"], 1], row=1, col=1)
     fig.update_layout(
         height=max(300, 26 * right["rows"] + 170), margin={"t": 150, "b": 20},
-        plot_bgcolor="white",
+        plot_bgcolor="white", coloraxis=coloraxis,
         title={"text": "transpose_qkv: where each feature goes", "y": 0.98, "yanchor": "top"},
     )
     # Subplot titles sit above the top-side x axes.
     fig.update_annotations(yshift=45)
+    wide = fig.to_plotly_json()["layout"]
+    fig.update_layout(meta={
+        "description": (
+            f"transpose_qkv on an input of shape (B, L, D) = ({B}, {L}, {D}) with {H} heads: "
+            f"left, the input's cells, each labelled with its example b, token t and feature f; "
+            f"right, the result of shape (B*H, L, d) = ({B * H}, {L}, {d}), where each row block "
+            "holds one head of one example. Colours mark the head each feature belongs to."),
+        "narrow": _narrow_layout(wide, left["rows"], right["rows"], D, d, H, L,
+                                 right["tick_text"]),
+    })
     return fig
+
+
+def _narrow_layout(wide: dict, rows_left: int, rows_right: int, D: int, d: int, H: int, L: int,
+                   right_ticks: list[str]) -> dict:
+    """Layout overrides for a phone: the two panels stacked, the result under the input."""
+    row_px, top_px, gap_px, bottom_px = 24, 120, 110, 70
+    area = rows_left * row_px + gap_px + rows_right * row_px
+    top_domain = [(gap_px + rows_right * row_px) / area, 1.0]
+    bottom_domain = [0.0, rows_right * row_px / area]
+    short = [t.replace("row ", "r").replace(", t", " t") for t in right_ticks]
+    annotations = []
+    for annotation, domain in zip(wide.get("annotations", []), (top_domain, bottom_domain)):
+        annotations.append({**annotation, "x": 0, "xanchor": "left", "y": domain[1],
+                            "font": {"size": 12}})
+    return {
+        "height": top_px + area + bottom_px,
+        "margin": {"t": top_px, "b": bottom_px, "l": 10, "r": 10},
+        "title": {"text": "transpose_qkv: where<br>each feature goes", "x": 0.02, "xanchor": "left",
+                  "y": 1 - 16 / (top_px + area + bottom_px), "yanchor": "top",
+                  "font": {"size": 14}},
+        "xaxis": {**wide["xaxis"], "domain": [0.0, 1.0], "automargin": True},
+        "xaxis2": {**wide["xaxis2"], "domain": [0.0, max(d / D, 0.35)], "automargin": True},
+        "yaxis": {**wide["yaxis"], "domain": top_domain, "automargin": True},
+        "yaxis2": {**wide["yaxis2"], "domain": bottom_domain, "automargin": True,
+                   "ticktext": short},
+        "annotations": annotations,
+        "coloraxis": {**wide["coloraxis"], "colorbar": {
+            **wide["coloraxis"]["colorbar"], "orientation": "h", "x": 0, "xanchor": "left",
+            "y": -0.02, "yanchor": "top", "len": 1.0, "thickness": 12,
+            "title": {"text": "head", "side": "left"}}},
+    }

@@ -3,6 +3,8 @@
 The site is served from ``_build/html`` (or ``$MHA_SITE_DIR``) on 127.0.0.1. Every other
 request is aborted and recorded, so a page that needs the network fails its test.
 Debian's Chromium (``/usr/bin/chromium``) is driven by Playwright; we never download a browser.
+Pages are opened at two viewports, a laptop (1366 x 900) and a phone (390 x 844), each in a
+fresh browser context (an empty cache: the bytes counted are what a first visit transfers).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE_DIR = Path(os.environ.get("MHA_SITE_DIR", ROOT / "_build" / "html"))
+SCREENSHOTS = Path(os.environ.get("MHA_SCREENSHOTS", ROOT / "_build" / "screenshots"))
 CHROMIUM = Path(os.environ.get("MHA_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -27,6 +31,16 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+VIEWPORTS = {"desktop": {"width": 1366, "height": 900}, "phone": {"width": 390, "height": 844}}
+
+
+def toc_pages() -> list[str]:
+    """HTML paths of every page in _toc.yml, plus Sphinx's own index and search pages."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [chapter["file"] for chapter in part.get("chapters", [])]
+    return ["index.html", "genindex.html", "search.html"] + [f"{f}.html" for f in files]
 
 
 def _missing(what: str, how: str) -> None:
@@ -72,37 +86,56 @@ def browser():
         browser.close()
 
 
+@pytest.fixture(scope="session")
+def screenshot_dir() -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS
+
+
 @pytest.fixture
-def browser_page(browser, site_url):
-    """A fresh page that may only talk to the loopback server.
+def open_context(browser, site_url):
+    """``open_context(viewport_name)``: a fresh page that may only talk to the loopback server.
 
     Attributes added for the tests: ``console_errors`` (console errors and uncaught page
     errors), ``external_requests`` (every aborted URL) and ``bytes_received`` (a dict
     URL -> body size of every response from the site).
     """
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.console_errors = []
-    page.external_requests = []
-    page.bytes_received = {}
+    contexts = []
 
-    def route(route):
-        if route.request.url.startswith(site_url):
-            route.continue_()
-        else:
-            page.external_requests.append(route.request.url)
-            route.abort()
+    def open_(viewport: str = "desktop"):
+        phone = viewport == "phone"
+        context = browser.new_context(viewport=VIEWPORTS[viewport], is_mobile=phone,
+                                      has_touch=phone, device_scale_factor=1)
+        contexts.append(context)
+        page = context.new_page()
+        page.console_errors = []
+        page.external_requests = []
+        page.bytes_received = {}
 
-    def on_response(response):
-        if response.url.startswith(site_url):
-            try:
-                page.bytes_received[response.url] = len(response.body())
-            except Exception:  # redirects and aborted bodies have none
-                pass
+        def route(route):
+            if route.request.url.startswith(site_url):
+                route.continue_()
+            else:
+                page.external_requests.append(route.request.url)
+                route.abort()
 
-    page.route("**/*", route)
-    page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
-    page.on("pageerror", lambda e: page.console_errors.append(str(e)))
-    page.on("response", on_response)
-    yield page
-    context.close()
+        def on_finished(request):
+            if request.url.startswith(site_url):
+                sizes = request.sizes()
+                page.bytes_received[request.url] = sizes["responseBodySize"]
+
+        page.route("**/*", route)
+        page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
+        page.on("pageerror", lambda e: page.console_errors.append(str(e)))
+        page.on("requestfinished", on_finished)
+        return page
+
+    yield open_
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def browser_page(open_context):
+    """A fresh desktop page (see :func:`open_context`)."""
+    return open_context("desktop")

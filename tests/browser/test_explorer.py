@@ -1,9 +1,11 @@
-"""The kernel-free explorer on the built chapter page follows its sliders, offline.
+"""The kernel-free explorer on the built chapter page follows its controls, offline.
 
-Clicks the plotly slider steps like a reader and checks that the drawn heatmaps are the
-library's weights for the chosen (heads, valid lengths): H visible heatmaps per example,
-masked key columns empty (exactly 0 in the stored weights), no console error, no request
-leaving the loopback server.
+Drives the native range inputs like readers do, with the keyboard (arrow keys, Home, End on a
+focused input) and the mouse (a click on the track), on a laptop and on a phone, and checks that
+the drawn heatmaps are the library's weights for the chosen (heads, valid lengths): H visible
+heatmaps per example, masked key columns empty (exactly 0 in the stored weights), labels that
+say the values, and a figure box that always holds the whole figure (the text after it is never
+covered, even at 8 heads). No console error, no request leaving the loopback server.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mha_lib.viz.browser import click_and_wait, read_state
+from mha_lib.viz.browser import click_and_wait, key_and_wait, read_state
 from mha_lib.viz.scene import make_source
 
 PAGE = "chapters/04_exploring_heads.html"
@@ -25,8 +27,9 @@ def _expected(num_heads: int, valid_lens: list[int]) -> np.ndarray:
 
 def _assert_follows(state: dict, num_heads: int, valid_lens: list[int]) -> None:
     assert state["active"] == [HEADS.index(num_heads), *valid_lens]
-    assert f"heads: {num_heads}" in state["labels"]
-    assert f"valid length (example 0): {valid_lens[0]}" in state["labels"]
+    assert state["labels"][0] == f"Heads: {num_heads}"
+    assert state["labels"][1] == f"Valid length of example 0: {valid_lens[0]}"
+    assert state["valuetexts"][0] == f"{num_heads} head{'s' if num_heads > 1 else ''}"
     shown = {(s["example"], s["head"]): s["z"] for s in state["shown"]}
     assert sorted(shown) == [(b, h) for b in range(2) for h in range(num_heads)]
     # heatmap images plotly rendered: H per example that has at least one valid key
@@ -39,30 +42,41 @@ def _assert_follows(state: dict, num_heads: int, valid_lens: list[int]) -> None:
         assert not np.isnan(z[:, :v]).any()
         np.testing.assert_allclose(z[:, :v], expected[b, h][:, :v], rtol=0, atol=6e-5)
         np.testing.assert_array_equal(expected[b, h][:, v:], 0.0)  # masked means exactly 0
+    # the figure's box holds the whole drawing, and what follows starts below it
+    assert state["box_height"] >= state["svg_height"] - 1 >= state["layout_height"] - 2
+    if state["next_top"] is not None:
+        assert state["next_top"] >= state["bottom"] - 1, "the text after the explorer covers it"
 
 
 @pytest.mark.browser
-def test_static_explorer_follows_its_sliders(browser_page, site_url):
-    page = browser_page
+@pytest.mark.parametrize("viewport", ["desktop", "phone"])
+def test_static_explorer_follows_its_controls(open_context, site_url, viewport):
+    page = open_context(viewport)
     page.goto(site_url + PAGE, wait_until="load")
     page.wait_for_load_state("networkidle")
     page.locator("#mha-static-explorer .main-svg").first.wait_for(state="attached")
-    page.locator("#mha-static-explorer").scroll_into_view_if_needed()
+    page.locator("#mha-static-explorer-controls").scroll_into_view_if_needed()
     _assert_follows(read_state(page), 2, [6, 4])
 
-    steps = [  # (slider, step) -> configuration after the click
-        ((0, 3), (8, [6, 4])),
-        ((1, 2), (8, [2, 4])),
-        ((2, 0), (8, [2, 0])),  # example 1 sees no key: every cell masked
-        ((0, 0), (1, [2, 0])),
-        ((2, 5), (1, [2, 5])),
-        ((0, 2), (4, [2, 5])),
-        ((1, 6), (4, [6, 5])),
+    steps = [  # (how, control, key or value) -> configuration after it
+        (("key", 0, "End"), (8, [6, 4])),
+        (("mouse", 1, 2), (8, [2, 4])),
+        (("key", 2, "Home"), (8, [2, 0])),  # example 1 sees no key: every cell masked
+        (("mouse", 0, 0), (1, [2, 0])),
+        (("key", 2, "ArrowRight"), (1, [2, 1])),
+        (("mouse", 2, 5), (1, [2, 5])),
+        (("key", 0, "ArrowRight"), (2, [2, 5])),
+        (("key", 0, "ArrowRight"), (4, [2, 5])),
+        (("key", 1, "ArrowLeft"), (4, [1, 5])),
+        (("mouse", 1, 6), (4, [6, 5])),
     ]
-    for (slider, step), (num_heads, lens) in steps:
-        assert click_and_wait(page, slider, step), f"no redraw after slider {slider} step {step}"
+    for (how, index, what), (num_heads, lens) in steps:
+        if how == "key":
+            redrawn = key_and_wait(page, index, what)
+        else:
+            redrawn = click_and_wait(page, index, what)
+        assert redrawn, f"no redraw after {how} {what} on control {index}"
         _assert_follows(read_state(page), num_heads, lens)
 
     assert page.external_requests == []
     assert page.console_errors == []
-

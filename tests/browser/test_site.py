@@ -1,60 +1,226 @@
-"""Every page of the website works offline: no external request, no console error, math
-typeset by the MathJax copy in _static, every plotly figure drawn, no page over 2 MB."""
+"""Every page of the website, on a laptop and on a phone, as a first-time reader gets it.
+
+For each page of ``_toc.yml`` (plus Sphinx's index and search pages) at 1366 x 900 and
+390 x 844, in a fresh browser context (cold cache), the test
+
+* writes a full-page screenshot to ``_build/screenshots/<page>-<viewport>.png``;
+* checks it works offline: no request leaves the loopback server, no console error, maths
+  typeset by the MathJax copy in ``_static``, every plotly figure drawn;
+* checks the transferred bytes stay within :data:`MAX_PAGE_BYTES`;
+* checks no page is wider than the viewport (no sideways scrolling);
+* checks every figure has a text alternative (``role="img"`` and an ``aria-label``) and that
+  no two pieces of its text (titles, tick labels, annotations, legend) overlap;
+* runs axe-core (from ``axe-playwright-python``, injected locally) and fails on critical or
+  serious violations.
+
+The navigation test clicks the theme's "Toggle primary sidebar" and "On this page" buttons and
+checks that each opens and closes its sidebar, at both viewports.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
 
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-MAX_PAGE_BYTES = 2_000_000
+from conftest import VIEWPORTS, toc_pages
+
+MAX_PAGE_BYTES = 3_000_000  # transferred on a first visit (the test server does not compress)
+PAGES = toc_pages()
+CHAPTER = next(p for p in PAGES if p.startswith("chapters/"))
+
+# Text boxes of a plotly figure that must not overlap: [label, left, top, right, bottom] each.
+FIGURE_TEXT_JS = """
+(gd) => {
+  const selector = [".gtitle", ".g-gtitle text", ".g-xtitle text", ".g-ytitle text",
+    "[class^='g-x'][class$='title'] text", "[class^='g-y'][class$='title'] text",
+    ".xtick text", ".ytick text", ".annotation-text", ".legendtext", ".cbtitle text",
+    ".cbaxis text", ".slider-label", ".slider-group text"].join(",");
+  const seen = new Set();
+  const out = [];
+  for (const el of gd.querySelectorAll(selector)) {
+    if (seen.has(el)) continue;
+    seen.add(el);
+    const text = el.textContent.trim();
+    const r = el.getBoundingClientRect();
+    if (!text || r.width < 1 || r.height < 1) continue;
+    if (getComputedStyle(el).visibility === "hidden" || getComputedStyle(el).opacity === "0") continue;
+    out.push([text, r.left, r.top, r.right, r.bottom]);
+  }
+  const box = gd.getBoundingClientRect();
+  return {texts: out, box: [box.left, box.top, box.right, box.bottom]};
+}
+"""
 
 
-def _toc_pages() -> list[str]:
-    """HTML paths of every page in _toc.yml, plus Sphinx's own index and search pages."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-    for part in toc.get("parts", []):
-        files += [chapter["file"] for chapter in part.get("chapters", [])]
-    return ["index.html", "genindex.html", "search.html"] + [f"{f}.html" for f in files]
+def _overlaps(texts: list, tolerance: float = 2.0) -> list[tuple[str, str]]:
+    """Pairs of text boxes that overlap by more than ``tolerance`` px in both directions."""
+    pairs = []
+    for i, (a, al, at, ar, ab) in enumerate(texts):
+        for b, bl, bt, br, bb in texts[i + 1:]:
+            width = min(ar, br) - max(al, bl)
+            height = min(ab, bb) - max(at, bt)
+            if width > tolerance and height > tolerance:
+                pairs.append((a, b))
+    return pairs
 
 
-PAGES = _toc_pages()
+def _slug(path: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]+", "-", path.removesuffix(".html")).strip("-")
 
 
-@pytest.mark.browser
-@pytest.mark.parametrize("path", PAGES)
-def test_page_works_offline(browser_page, site_url, site_dir, path):
-    page = browser_page
-    html = site_dir / path
-    assert html.exists(), f"{path} was not built"
-    assert html.stat().st_size < MAX_PAGE_BYTES, f"{path} is {html.stat().st_size} bytes"
+def _serious_axe_violations(page) -> list[str]:
+    """axe-core's critical and serious findings. Code listings (Pygments colours, checked once
+    upstream) and the plotly SVGs (images with a text alternative) are left out: checking the
+    contrast of every token of every listing takes axe half a minute per page."""
+    from axe_playwright_python.sync_playwright import Axe
 
-    response = page.goto(site_url + path, wait_until="load")
-    assert response is not None and response.ok
-    page.wait_for_load_state("networkidle")
+    results = Axe().run(page, context={"exclude": [["div.highlight"], [".js-plotly-plot"]]})
+    return [
+        f"{v['id']} ({v['impact']}): {len(v['nodes'])} node(s), e.g. {v['nodes'][0]['target']}"
+        for v in results.response["violations"]
+        if v["impact"] in ("critical", "serious")
+    ]
 
-    if page.locator(".math").count():
-        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
-        page.evaluate("() => MathJax.startup.promise")
-        untypeset = page.evaluate(
-            "() => [...document.querySelectorAll('.math')]"
-            ".filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.slice(0, 60))"
-        )
-        assert untypeset == [], f"math not typeset on {path}: {untypeset[:3]}"
 
+def _wait_for_math(page, path: str, problems: list[str]) -> None:
+    if not page.locator(".math").count():
+        return
+    page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+    page.evaluate("() => MathJax.startup.promise")
+    untypeset = page.evaluate(
+        "() => [...document.querySelectorAll('.math')]"
+        ".filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.slice(0, 60))"
+    )
+    if untypeset:
+        problems.append(f"math not typeset: {untypeset[:3]}")
+
+
+def _check_figures(page, problems: list[str]) -> None:
     figures = page.locator(".plotly-graph-div")
     for i in range(figures.count()):
         figure = figures.nth(i)
         figure.scroll_into_view_if_needed()
         figure.locator(".main-svg").first.wait_for(state="attached", timeout=10_000)
         box = figure.bounding_box()
-        assert box and box["width"] > 100 and box["height"] > 100, f"figure {i} on {path} is not drawn"
+        if not (box and box["width"] > 100 and box["height"] > 100):
+            problems.append(f"figure {i} is not drawn")
+            continue
+        role = figure.get_attribute("role")
+        label = figure.get_attribute("aria-label") or ""
+        if role != "img" or len(label) < 15:
+            problems.append(f"figure {i} has no text alternative (role={role!r}, label={label!r})")
+        found = figure.evaluate(FIGURE_TEXT_JS)
+        overlapping = _overlaps(found["texts"])
+        if overlapping:
+            problems.append(f"figure {i} ({label[:50]!r}): text overlaps {overlapping[:4]}")
+        left, top, right, bottom = found["box"]
+        outside = [t[0] for t in found["texts"]
+                   if t[1] < left - 2 or t[3] > right + 2 or t[2] < top - 2 or t[4] > bottom + 2]
+        if outside:
+            problems.append(f"figure {i} ({label[:50]!r}): text outside the figure {outside[:4]}")
 
-    assert page.external_requests == [], f"{path} asked the network for {page.external_requests}"
-    assert page.console_errors == [], f"console errors on {path}: {page.console_errors}"
+
+@pytest.mark.browser
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+@pytest.mark.parametrize("path", PAGES)
+def test_page(open_context, site_url, site_dir, screenshot_dir, path, viewport):
+    assert (site_dir / path).exists(), f"{path} was not built"
+    page = open_context(viewport)
+    response = page.goto(site_url + path, wait_until="load")
+    assert response is not None and response.ok
+    page.wait_for_load_state("networkidle")
+    problems: list[str] = []
+    _wait_for_math(page, path, problems)
+    page.wait_for_load_state("networkidle")
+    transferred = sum(page.bytes_received.values())
+    _check_figures(page, problems)
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.screenshot(path=str(screenshot_dir / f"{_slug(path)}-{viewport}.png"), full_page=True)
+
+    if transferred > MAX_PAGE_BYTES:
+        biggest = sorted(page.bytes_received.items(), key=lambda kv: -kv[1])[:4]
+        problems.append(f"{transferred} bytes transferred (> {MAX_PAGE_BYTES}): {biggest}")
+    # against the configured width: a phone browser widens its layout viewport to fit the page
+    widths = [page.evaluate("() => document.documentElement.scrollWidth"),
+              VIEWPORTS[viewport]["width"]]
+    if widths[0] > widths[1] + 1:
+        wide = page.evaluate(
+            "() => [...document.querySelectorAll('.bd-article *')]"
+            ".filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)"
+            ".slice(0, 3).map(e => e.tagName + '.' + e.className)"
+        )
+        problems.append(f"page is {widths[0]} px wide in a {widths[1]} px viewport: {wide}")
+    if page.external_requests:
+        problems.append(f"asked the network for {page.external_requests}")
+    if page.console_errors:
+        problems.append(f"console errors: {page.console_errors}")
+    # last: axe re-fetches stylesheets itself (and resolves one @import against the page's URL)
+    problems += [f"axe: {v}" for v in _serious_axe_violations(page)]
+    assert problems == [], f"{path} at {viewport}:\n  " + "\n  ".join(problems)
+
+
+_VISIBLE_JS = """(selector) => {
+          const el = document.querySelector(selector);
+          if (!el) return false;
+          const style = getComputedStyle(el), r = el.getBoundingClientRect();
+          return style.display !== "none" && style.visibility !== "hidden" && r.width > 10
+            && r.height > 10 && r.right > 0 && r.left < window.innerWidth;
+        }"""
+
+
+def _visible(page, selector: str) -> bool:
+    """Whether the element is on screen: displayed, not hidden, and inside the viewport."""
+    return page.evaluate(_VISIBLE_JS, selector)
+
+
+def _becomes(page, selector: str, visible: bool, timeout_ms: int = 3_000) -> bool:
+    """Wait (the theme animates its sidebars) until the element is (not) visible; False if never."""
+    try:
+        page.wait_for_function(f"(s) => ({_VISIBLE_JS})(s) === {str(visible).lower()}",
+                               arg=selector, timeout=timeout_ms)
+        return True
+    except Exception:
+        return False
+
+
+TOGGLES = {  # button -> the sidebar it opens and closes
+    "Toggle primary sidebar": ".bd-sidebar-primary",
+    "Toggle secondary sidebar": ".bd-sidebar-secondary",  # "On this page" / "Contents"
+}
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_sidebar_toggles_open_and_close_their_sidebars(open_context, site_url, viewport):
+    """Each sidebar toggle opens and closes its sidebar; one search box.
+
+    On a laptop the primary toggle hides and shows the chapter list, and the page's table of
+    contents is always shown (the theme then hides its toggle). On a phone both sidebars are
+    off screen; each toggle slides its sidebar in, and a tap beside it closes it again.
+    """
+    page = open_context(viewport)
+    page.goto(site_url + CHAPTER, wait_until="load")
+    page.wait_for_load_state("networkidle")
+    searches = page.locator("button.search-button__button:visible, form.bd-search:visible")
+    assert searches.count() == 1, f"{searches.count()} search boxes are shown at {viewport}"
+    width = VIEWPORTS[viewport]["width"]
+
+    for label, sidebar in TOGGLES.items():
+        button = page.locator(f"button[aria-label='{label}']")
+        shown = _visible(page, sidebar)
+        if not button.first.is_visible():
+            assert viewport == "desktop" and shown, f"no {label!r} button at {viewport}"
+            continue
+        button.first.click()
+        assert _becomes(page, sidebar, not shown), f"{label!r} did not change {sidebar} at {viewport}"
+        if shown:  # hidden on a laptop: the same button shows it again
+            button.first.click()
+        else:  # an overlay on a phone: a tap beside the sidebar closes it
+            x = width - 20 if "primary" in sidebar else 20  # primary slides in from the left
+            page.mouse.click(x, VIEWPORTS[viewport]["height"] / 2)
+        assert _becomes(page, sidebar, shown), f"{label!r} did not restore {sidebar} at {viewport}"
+    assert page.console_errors == []
 
 
 @pytest.mark.browser
