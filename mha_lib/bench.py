@@ -907,9 +907,12 @@ def ratio_figure(rows: Sequence[Row], *, baseline: str = "limit"):
                          array=[q.max - q.median for q in ratios],
                          arrayminus=[q.median - q.min for q in ratios]),
         )
-    fig.add_hline(y=1.0, line_dash="dash", annotation_text=CONTENDER_LABELS[baseline])
+    fig.add_hline(y=1.0, line_dash="dash")  # the baseline; its name is on the y axis
     fig.update_layout(
-        barmode="group", title=f"Time relative to the {baseline} (paired ratios, median)",
+        barmode="group",
+        title=f"Time relative to the {baseline} (paired ratios, median; dashed line: equal time)",
+        meta={"description": f"Bar chart: time of each contender divided by the time of the "
+                             f"{baseline}, per benchmark shape, with min-max error bars."},
         xaxis_title="(B, Lq, Lk, D, H)", yaxis_title=f"time / time of the {baseline}",
         height=420, legend=dict(orientation="h", y=-0.35),
     )

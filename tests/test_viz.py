@@ -174,63 +174,6 @@ def _assert_figure_shows(fig, weights, valid_lens, atol=1e-6):
         np.testing.assert_array_equal(weights[b, h][:, v:], 0.0)  # masked is exactly 0
 
 
-def test_explore_default_shows_mha_weights():
-    e = explore()
-    assert e.heads.options == (1, 2, 4, 8)  # only divisors of num_hiddens = 8
-    assert len(e.valid_lens) == 2 and [s.max for s in e.valid_lens] == [6, 6]
-    lens = [s.value for s in e.valid_lens]
-    _assert_figure_shows(e.figure, _independent_weights(e.heads.value, lens), lens)
-
-
-def test_explore_sliders_update_the_same_figure_in_place():
-    e = explore()
-    fig = e.figure
-    for H, lens in [(8, [3, 4]), (1, [6, 0]), (4, [2, 5]), (2, [6, 4])]:
-        e.heads.value = H
-        for slider, v in zip(e.valid_lens, lens):
-            slider.value = v
-        assert e.figure is fig and len(fig.data) == 16  # room for 8 heads x 2 examples
-        _assert_figure_shows(fig, _independent_weights(H, lens), lens)
-        # shown panels do not overlap; their titles follow
-        titles = {a.text for a in fig.layout.annotations}
-        assert {f"example {b}, head {h}" for b in range(2) for h in range(H)} <= titles
-        assert len(titles) == 2 * H + 1  # + the "grey: masked" note
-    e.seed.value = 3
-    _assert_figure_shows(fig, _independent_weights(2, [6, 4], seed=3), [6, 4])
-
-
-def test_explore_panels_do_not_overlap_after_head_change():
-    e = explore()
-    e.heads.value = 8
-    e.heads.value = 4
-    boxes = []
-    for t in e.figure.data:
-        if t.visible:
-            xa = e.figure.layout["xaxis" + t.xaxis[1:]]
-            ya = e.figure.layout["yaxis" + t.yaxis[1:]]
-            assert xa.visible and ya.visible
-            boxes.append((tuple(xa.domain), tuple(ya.domain)))
-        else:
-            assert not e.figure.layout["xaxis" + t.xaxis[1:]].visible
-    assert len(set(boxes)) == len(boxes) == 8
-
-
-def test_explore_given_model_fixes_heads():
-    torch.manual_seed(1)
-    mha = mha_lib.MultiHeadAttention(3, 5, 4, 6, 3, 0.1)  # training mode, dropout on
-    q, k, v = torch.randn(1, 2, 5), torch.randn(1, 4, 3), torch.randn(1, 4, 4)
-    e = explore(mha=mha, queries=q, keys=k, values=v, query_tokens=["a", "b"],
-                key_tokens=list("wxyz"), valid_lens=[3])
-    assert e.heads.options == (3,) and e.heads.disabled and e.seed is None
-    assert mha.training  # the explorer restores the mode
-    e.valid_lens[0].value = 2
-    mha.eval()
-    with torch.no_grad():
-        _, w = mha(q, k, v, torch.tensor([2]), need_weights=True)
-    _assert_figure_shows(e.figure, w.numpy(), [2])
-    assert list(e.figure.layout.xaxis.ticktext) == list("wxyz")
-
-
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -245,7 +188,6 @@ def test_explore_given_model_fixes_heads():
         ({"mha": mha_lib.MultiHeadAttention(2, 2, 2, 4, 2, 0.0), "queries": torch.zeros(1, 2, 3)},
          "feature size"),
         ({"sentences": []}, "sentences"),
-        ({"max_cols": 0}, "max_cols"),
     ],
 )
 def test_explore_bad_arguments(kwargs, match):
@@ -402,21 +344,6 @@ def test_heatmaps_example_titles_name_the_rows():
     assert fig.data[2].hovertemplate.startswith("student, head 0")
     one = attention_heatmaps(_weights(B=1, H=2), example_titles=["mine"])
     assert [a.text for a in one.layout.annotations] == ["mine, head 0", "mine, head 1"]
-
-
-def test_explore_large_seed_agrees_with_static_explorer():
-    e = explore(seed=50)
-    assert e.seed.value == 50 and e.seed.max >= 50  # not clamped to the default range
-    lens = [s.value for s in e.valid_lens]
-    source = make_source(seed=50)
-    expected = source.weights(2, lens)
-    assert not np.allclose(expected.numpy(), make_source(seed=20).weights(2, lens).numpy())
-    _assert_figure_shows(e.figure, expected.numpy(), lens)
-    states = static_explorer(seed=50).layout.meta["explorer"]["weights"]
-    for b in range(2):
-        stored = np.nan_to_num(np.array(states[1][b][lens[b]], dtype=float))
-        np.testing.assert_allclose(stored, expected[b].numpy(), atol=6e-5)
-    assert explore().seed.max == 20
 
 
 @pytest.mark.parametrize("seed", ["a", 1.5, -1, True, None])
