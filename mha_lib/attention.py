@@ -183,5 +183,4 @@ def _score_bias(valid_lens: Tensor, Lk: int, dtype: torch.dtype) -> tuple[Tensor
     positions = torch.arange(Lk, device=valid_lens.device)  # (Lk,)
     empty = lens == 0  # (B, 1 or Lq, 1)
     keep = (positions < lens) | empty  # (B, 1 or Lq, Lk)
-    bias = torch.zeros(keep.shape, dtype=dtype, device=valid_lens.device)
-    return bias.masked_fill_(~keep, float("-inf")), empty
+    return torch.where(keep, 0.0, float("-inf")).to(dtype), empty
