@@ -1,5 +1,9 @@
 """Scaled dot-product attention, the function every head computes.
 
+``DotProductAttention`` is the version the book teaches (``masked_softmax``);
+``FiniteDotProductAttention`` computes the same numbers for finite inputs in fewer passes over
+the scores, and is the one ``MultiHeadAttention`` attends with.
+
 Shape legend
     B   batch size (for multi-head attention after folding the heads in: B*H)
     Lq  number of queries
