@@ -24,7 +24,7 @@ from mha_lib._checks import (
     quiet_when_traced,
     tracing,
 )
-from mha_lib.attention import DotProductAttention, check_qkv
+from mha_lib.attention import FiniteDotProductAttention, check_qkv
 from mha_lib.heads import merge_heads, split_heads, transpose_output, transpose_qkv
 from mha_lib.masking import check_valid_lens
 
@@ -75,7 +75,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"num_hiddens ({num_hiddens}) must be divisible by num_heads ({num_heads})"
             )
-        self.attention = DotProductAttention(check_probability(dropout, "dropout"))
+        # DotProductAttention in fewer passes: the inputs that reach it are finite (forward)
+        self.attention = FiniteDotProductAttention(check_probability(dropout, "dropout"))
         self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
         self.W_k = nn.Linear(key_size, num_hiddens, bias=bias)
         self.W_v = nn.Linear(value_size, num_hiddens, bias=bias)

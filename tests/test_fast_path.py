@@ -3,9 +3,11 @@
 Outputs, input gradients and parameter gradients agree in float32 and float64, in eval mode and
 in training mode without dropout, for valid lengths None, (B,) and (B, Lq) (zeros included),
 with and without a head mask. Also the masked softmax shortcuts (per-example masks that
-broadcast over the queries, full lengths skipping the mask) against a plain reference.
+broadcast over the queries, full lengths skipping the mask) against a plain reference, and the
+weights path's FiniteDotProductAttention against the teaching DotProductAttention.
 """
 
+import copy
 import math
 
 import pytest
@@ -13,7 +15,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_lib import MultiHeadAttention, masked_softmax
+from mha_lib import DotProductAttention, MultiHeadAttention, masked_softmax
+from mha_lib.attention import FiniteDotProductAttention
 
 SETTINGS = settings(max_examples=30, deadline=None)
 TOL = {torch.float32: dict(atol=2e-5, rtol=2e-4), torch.float64: dict(atol=1e-10, rtol=1e-8)}
@@ -168,3 +171,67 @@ def test_masked_softmax_gradients_stay_finite(lens):
     X = torch.randn(2, 3, 4, requires_grad=True)
     masked_softmax(X, lens).pow(2).sum().backward()
     assert torch.isfinite(X.grad).all()
+
+
+# --- the weights path: FiniteDotProductAttention against the teaching DotProductAttention ------
+
+
+def _teaching_twin(mha):
+    """A copy of ``mha`` that attends with the teaching DotProductAttention (masked_softmax)."""
+    twin = copy.deepcopy(mha)
+    twin.attention = DotProductAttention(mha.attention.dropout.p)
+    return twin.train(mha.training)
+
+
+@SETTINGS
+@given(problems(), st.sampled_from([(False, 0.0), (True, 0.0), (True, 0.5)]))
+def test_weights_path_equals_the_teaching_attention(p, mode):
+    """Output, weights and gradients of need_weights=True equal those of DotProductAttention
+    (valid lengths 0, per-query lengths, head masks; dropout in training with one seed)."""
+    training, dropout = mode
+    mha, (q, k, v), kwargs = _build(p, training=training)
+    mha.attention.dropout.p = dropout
+    twin = _teaching_twin(mha)
+    assert type(mha.attention) is FiniteDotProductAttention
+    results = []
+    for module in (mha, twin):
+        x = q.clone().requires_grad_(True)
+        torch.manual_seed(p["seed"])
+        out, weights = module(x, k, v, need_weights=True, **kwargs)
+        (out.sum() + weights.sum()).backward()
+        results.append((out, weights, x.grad, module.W_q.weight.grad))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, **TOL[p["dtype"]])
+    with torch.no_grad():  # the in-place softmax, without autograd
+        torch.manual_seed(p["seed"])
+        out, weights = mha(q, k, v, need_weights=True, **kwargs)
+    if dropout == 0.0:
+        torch.testing.assert_close(out, results[1][0], **TOL[p["dtype"]])
+    torch.testing.assert_close(weights, results[1][1], **TOL[p["dtype"]])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    "lens", [None, torch.tensor([3, 0, 7]), torch.tensor([[0, 1, 2, 7], [7, 7, 0, 0], [0, 0, 0, 0]])]
+)
+def test_finite_attention_equals_dot_product_attention(dtype, lens):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, n, s, dtype=dtype) for n, s in ((4, 5), (7, 5), (7, 2)))
+    want = DotProductAttention(0.0)(q, k, v, lens, need_weights=True)
+    got = FiniteDotProductAttention(0.0)(q, k, v, lens, need_weights=True)
+    tol = dict(atol=1e-2, rtol=1e-2) if dtype in (torch.float16, torch.bfloat16) else {}
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **tol)
+    if lens is not None:  # nothing to attend to: zero weights and output, no NaN
+        empty = (lens if lens.dim() == 2 else lens[:, None].expand(3, 4)) == 0
+        assert (got[1][empty] == 0).all() and (got[0][empty] == 0).all()
+
+
+def test_finite_attention_checks_like_dot_product_attention():
+    attention = FiniteDotProductAttention(0.0)
+    with pytest.raises(ValueError, match="valid_lens"):
+        attention(torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 1), [6, 1])
+    with pytest.raises(ValueError, match="at least one feature"):
+        attention(torch.randn(2, 3, 0), torch.randn(2, 4, 0), torch.randn(2, 4, 5))
+    out = attention(torch.randn(2, 3, 4), torch.randn(2, 0, 4), torch.randn(2, 0, 5), [0, 0])
+    assert torch.equal(out, torch.zeros(2, 3, 5))

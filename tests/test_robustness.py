@@ -238,6 +238,35 @@ def test_compile_fullgraph_with_valid_lengths(need_weights):
         torch.testing.assert_close(compiled(q, k, v, other), mha(q, k, v, other, need_weights=need_weights))
 
 
+class _Weights(torch.nn.Module):
+    """``mha(..., need_weights=True)`` as a module, for export and trace."""
+
+    def __init__(self, mha):
+        super().__init__()
+        self.mha = mha
+
+    def forward(self, q, k, v, valid_lens):
+        return self.mha(q, k, v, valid_lens, need_weights=True)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_weights_path_graphs_hold_for_empty_rows_recorded_without_them(grad):
+    """Recorded with no valid length 0, export, trace and compile (with and without autograd,
+    i.e. with the softmax out of place and in place) still zero the rows of a later length 0."""
+    torch._dynamo.reset()
+    mha, q, k, v, lens, others = _lens_module()
+    with torch.set_grad_enabled(grad):
+        exported = torch.export.export(_Weights(mha), (q, k, v, lens)).module()
+        with pytest.warns(Warning):  # torch.jit.trace itself is deprecated in torch 2.13
+            traced = torch.jit.trace(_Weights(mha), (q, k, v, lens), check_trace=False)
+        compiled = torch.compile(_Weights(mha), fullgraph=True, backend="eager")
+        per_query = [torch.tensor([[1, 2, 0], [4, 4, 4]])]  # a graph of its own shape
+        for graph, lengths in ((exported, others), (traced, others), (compiled, others + per_query)):
+            for other in lengths:
+                for got, want in zip(graph(q, k, v, other), mha(q, k, v, other, need_weights=True)):
+                    torch.testing.assert_close(got, want)
+
+
 @SETTINGS
 @given(
     st.integers(0, 3), st.integers(0, 3), st.integers(0, 4),
