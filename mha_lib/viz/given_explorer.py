@@ -62,13 +62,14 @@ class GivenWeights:
     def num_layers(self) -> int:
         return self.weights.shape[0]
 
-    def parts(self, n: int, max_cols: int, narrow: bool = False) -> tuple[list[dict], dict]:
+    def parts(self, n: int, max_cols: int, narrow: bool = False,
+              title: str | None = None) -> tuple[list[dict], dict]:
         """Traces and layout of layer ``n`` (masked cells NaN in z), as in ``attention_heatmaps``."""
         return heatmap_parts(
             self.weights[n][None], self.masked[None], query_labels=list(self.query_tokens),
             key_labels=list(self.key_tokens), max_cols=max_cols,
             example_titles=[self.layer_names[n]], masked_note=bool(self.masked.any()),
-            narrow=narrow,
+            narrow=narrow, title=title,
         )
 
     def shown(self, n: int) -> np.ndarray:
@@ -214,15 +215,11 @@ def given_explorer(
         raise ValueError(f"decimals must be an integer in 1..8, got {decimals!r}")
     states, skeletons, layouts, narrow_layouts = [], [], [], []
     for n in range(given.num_layers):
-        traces, layout = given.parts(n, max_cols)
-        _, narrow = given.parts(n, max_cols, narrow=True)
+        traces, layout = given.parts(n, max_cols, title=title)
+        _, narrow = given.parts(n, max_cols, narrow=True, title=title)
         states.append(_stored(given.shown(n), int(decimals)))
         for trace in traces:  # the stored state, so the page shows exactly what the control does
             trace["z"] = states[n][trace["meta"]["head"]]
-        if title is not None:
-            layout["title"] = {"text": title, "x": 0, "xanchor": "left"}
-            layout["margin"]["t"] += 30
-            layout["height"] += 30
         skeletons.append([{k: v for k, v in t.items() if k not in ("z", "text")} for t in traces])
         layouts.append(layout)
         narrow_layouts.append(narrow)
