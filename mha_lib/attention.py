@@ -129,12 +129,8 @@ class FiniteDotProductAttention(DotProductAttention):
     Unlike :class:`DotProductAttention` it does not shield a query from an infinite or NaN
     score of a key it may not attend to (such a query's row becomes NaN).
 
-    Shapes and arguments: as :class:`DotProductAttention`, under whose name it prints (a module's
-    printout, as in the book's chapters, shows what it computes).
+    Shapes and arguments: as :class:`DotProductAttention`.
     """
-
-    def _get_name(self) -> str:
-        return "DotProductAttention"
 
     def forward(
         self,
