@@ -113,3 +113,15 @@ def test_fontawesome_css_is_trimmed_to_the_icons_used():
     assert "fa-solid-900.woff2" in trimmed and ".fa-solid{" in trimmed
     assert ".fa-bars:before" in trimmed and "fa-bell" not in trimmed
     assert kept == {0xF0C9}
+
+
+def test_strip_code_styles_drops_only_ipythons_repeated_pygments_stylesheet():
+    from IPython.display import Code
+
+    listing = Code("def f(x):\n    return x\n", language="python")._repr_html_()
+    assert "<style>pre { line-height: 125%; }" in listing  # what IPython writes today
+    page = f"<p>before</p>{listing}<style>.mine {{ color: red; }}</style>{listing}"
+    lighter = sphinx_ext.strip_code_styles(page)
+    assert "line-height: 125%" not in lighter
+    assert lighter.count('<div class="highlight">') == 2  # the listings stay
+    assert "<style>.mine { color: red; }</style>" in lighter  # other styles stay

@@ -260,13 +260,23 @@ def fix_citation_roles(html: str) -> str:
     return _BIBLIOENTRY.sub(r'\1role="listitem"', html)
 
 
+_CODE_STYLE = re.compile(r"<style>pre \{ line-height: 125%; \}.*?</style>", re.S)
+
+
+def strip_code_styles(html: str) -> str:
+    """Drop the pygments stylesheet that IPython's ``Code`` display (``show_source``) repeats in
+    every listing's HTML output: the page's own ``pygments.css`` already colours ``.highlight``,
+    in the theme's accessible palette, and the copies cost about 5 kB per listing."""
+    return _CODE_STYLE.sub("", html)
+
+
 def _lighten_pages(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
     outdir = Path(app.outdir)
     for page in outdir.rglob("*.html"):
         html = page.read_text(encoding="utf-8")
-        lighter = fix_citation_roles(strip_fontawesome_js(html))
+        lighter = fix_citation_roles(strip_code_styles(strip_fontawesome_js(html)))
         if lighter != html:
             page.write_text(lighter, encoding="utf-8")
     subset_fontawesome(outdir)
