@@ -105,33 +105,37 @@ def lab_server(notebooks: list[Path], timeout: float = 60.0):
 
 
 @contextlib.contextmanager
-def lab_page(base_url: str, notebook: str, viewport=(1400, 1000)):
+def lab_page(base_url: str, notebook: str, viewport=(1400, 1000), browser=None):
     """Chromium showing ``notebook`` in JupyterLab; every request off the server is aborted.
 
-    The page gets ``external_requests`` (aborted URLs) and ``console_errors``.
+    ``browser``: a Playwright browser to open the page in (a test session's own); without it,
+    one is launched and closed here. The page gets ``external_requests`` (aborted URLs) and
+    ``console_errors``.
     """
-    from playwright.sync_api import sync_playwright
+    with contextlib.ExitStack() as stack:
+        if browser is None:
+            from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-            page.external_requests, page.console_errors = [], []
+            p = stack.enter_context(sync_playwright())
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            stack.callback(browser.close)
+        context = browser.new_context()
+        stack.callback(context.close)
+        page = context.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+        page.external_requests, page.console_errors = [], []
 
-            def route(r):
-                if r.request.url.startswith(base_url) or r.request.url.startswith("ws://127.0.0.1"):
-                    r.continue_()
-                else:
-                    page.external_requests.append(r.request.url)
-                    r.abort()
+        def route(r):
+            if r.request.url.startswith(base_url) or r.request.url.startswith("ws://127.0.0.1"):
+                r.continue_()
+            else:
+                page.external_requests.append(r.request.url)
+                r.abort()
 
-            page.route("**/*", route)
-            page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
-            page.goto(f"{base_url}lab/tree/{notebook}", wait_until="load")
-            page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
-            yield page
-        finally:
-            browser.close()
+        page.route("**/*", route)
+        page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
+        page.goto(f"{base_url}lab/tree/{notebook}", wait_until="load")
+        page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+        yield page
 
 
 def kernel_idle(page, timeout_ms: float = 60_000) -> None:

@@ -28,7 +28,7 @@ def _heatmap(z: np.ndarray, x_title: str, y_title: str, colorscale: str, colorba
              title: str | None, hover: str) -> go.Figure:
     fig = go.Figure(go.Heatmap(
         z=z.tolist(), colorscale=colorscale, hovertemplate=hover + "<extra></extra>",
-        colorbar={"title": {"text": colorbar}, "thickness": 12, "len": 0.8},
+        colorbar={"title": {"text": colorbar, "side": "right"}, "thickness": 12, "len": 0.8},
     ))
     fig.update_layout(
         title={"text": title} if title else None, height=380, margin=MARGIN,

@@ -16,7 +16,6 @@ The server is stopped also when the test fails (:func:`mha_lib.viz.lab_bench.lab
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -30,19 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "chapters" / "04_exploring_heads.ipynb"
 
 
-def _missing(what: str, how: str) -> None:
-    message = f"{what} is missing: {how}"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
-def lab_page():
-    if not Path(lab_bench.CHROMIUM).exists():
-        _missing(f"Chromium ({lab_bench.CHROMIUM})", "run 'apt-get install -y chromium' as root")
+def lab_page(browser):  # the session's Chromium (conftest): one Playwright per process
     with lab_bench.lab_server([CHAPTER]) as (base, _), \
-            lab_bench.lab_page(base, CHAPTER.name) as page:
+            lab_bench.lab_page(base, CHAPTER.name, browser=browser) as page:
         yield page
 
 
