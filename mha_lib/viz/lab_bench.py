@@ -119,9 +119,9 @@ def lab_page(base_url: str, notebook: str, viewport=(1400, 1000), browser=None):
             p = stack.enter_context(sync_playwright())
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             stack.callback(browser.close)
-        context = browser.new_context()
+        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         stack.callback(context.close)
-        page = context.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+        page = context.new_page()
         page.external_requests, page.console_errors = [], []
 
         def route(r):
