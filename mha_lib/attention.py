@@ -180,7 +180,8 @@ def _score_bias(valid_lens: Tensor, Lk: int, dtype: torch.dtype) -> tuple[Tensor
         lens = valid_lens[:, :, None]  # (B, Lq) -> (B, Lq, 1)
     else:
         lens = valid_lens[:, None, None]  # (B,) -> (B, 1, 1)
-    positions = torch.arange(Lk, device=valid_lens.device)  # (Lk,)
     empty = lens == 0  # (B, 1 or Lq, 1)
-    keep = (positions < lens) | empty  # (B, 1 or Lq, Lk)
+    lens = lens.masked_fill(empty, Lk)  # a query that keeps nothing may attend anywhere
+    positions = torch.arange(Lk, device=valid_lens.device)  # (Lk,)
+    keep = positions < lens  # (B, 1 or Lq, Lk)
     return torch.where(keep, 0.0, float("-inf")).to(dtype), empty

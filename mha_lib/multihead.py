@@ -11,6 +11,7 @@ Shape legend
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -259,7 +260,7 @@ def _nonfinite_rows(queries: Tensor, keys: Tensor, values: Tensor, valid_lens: T
     """
     # The common case, in eager mode: a finite sum (one fast read per input) means every entry
     # is finite (an inf or NaN entry makes the sum inf or NaN; an overflow only sends us on).
-    if not tracing() and bool(torch.isfinite(queries.sum() + keys.sum() + values.sum())):
+    if not tracing() and math.isfinite((queries.sum() + keys.sum() + values.sum()).item()):
         return queries, keys, values, None
     finite_q = torch.isfinite(queries).all(-1)  # (B, Lq)
     finite_kv = torch.isfinite(keys).all(-1) & torch.isfinite(values).all(-1)  # (B, Lk)
