@@ -11,19 +11,9 @@ import torch
 import mha_lib
 from mha_lib.viz import explore, static_explorer
 from mha_lib.viz.explorer import MASKED_Z, Canvas, canvas_z
-from mha_lib.viz.scene import make_source, sentence_scene
+from mha_lib.viz.scene import make_source
+from test_viz import _independent_weights  # the default explorer's weights, from MHA directly
 
-
-def _independent_weights(num_heads, valid_lens, seed=0, num_hiddens=8):
-    """The default explorer's weights, recomputed from MultiHeadAttention directly."""
-    scene = sentence_scene(seed=0, num_features=num_hiddens)
-    torch.manual_seed(seed)
-    mha = mha_lib.MultiHeadAttention(num_hiddens, num_hiddens, num_hiddens, num_hiddens,
-                                     num_heads, 0.0).eval()
-    with torch.no_grad():
-        _, w = mha(scene.queries, scene.keys, scene.values, torch.tensor(valid_lens),
-                   need_weights=True)
-    return w.numpy()
 
 
 def _assert_shows(explorer, weights, valid_lens, atol=1e-6):
