@@ -1,10 +1,12 @@
-"""The measurements of mha_lib.bench_modern: structure and memory, never wall-clock times."""
+"""The measurements of mha_lib.bench.modern: structure and memory, never wall-clock times."""
+
+import math
 
 import pytest
 import torch
 
-from mha_lib import bench_modern as bm
-from mha_lib.bench import Ratio
+from mha_lib.bench import modern as bm
+from mha_lib.timing import Ratio
 
 
 def test_decoding_flops_linear_with_cache_quadratic_without():
@@ -49,7 +51,7 @@ def test_tiled_memory_is_linear_and_materialised_quadratic():
 
 
 def test_flash_contenders_agree():
-    fns = bm.flash_contenders(40, B=2, d=8, block_size=7)
+    fns = bm._flash_contenders(40, B=2, d=8, block_size=7)
     out = {name: fn() for name, fn in fns.items()}
     torch.testing.assert_close(out["tiled"], out["fused"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out["materialised"], out["fused"], atol=1e-5, rtol=1e-5)
@@ -57,31 +59,101 @@ def test_flash_contenders_agree():
     assert set(rows[0]["ratios"]) == {"tiled/fused", "materialised/fused"}
 
 
-def test_bad_arguments():
-    with pytest.raises(ValueError, match="lengths"):
-        bm.decoding_table([], B=1, D=8, H=2)
-    with pytest.raises(ValueError, match="divisible"):
-        bm.decoding_contenders(4, D=10, H=4)
-    with pytest.raises(ValueError, match="kv_heads"):
-        bm.cache_memory_table([4], kv_heads=[0])
-    with pytest.raises(SystemExit):
-        bm.main(["--decode-lengths", "0"])
-    with pytest.raises(SystemExit):
-        bm.main(["--repeats", "x"])
+def test_step_flops_sum_to_decoding_flops():
+    D = 16
+    for cached in (True, False):
+        steps = [bm.step_flops(t, D, cached=cached) for t in range(5)]
+        assert sum(steps) == bm.decoding_flops(5, D, cached=cached)
+    assert bm.step_flops(0, D, cached=True) == 8 * D * D + 4 * D
+    assert bm.step_flops(3, D, cached=False) == 8 * 4 * D * D + 4 * 16 * D
 
 
-def test_main_prints_the_tables(capsys):
-    assert bm.main(["--quick", "--decode-lengths", "4", "8", "--memory-lengths", "32", "64",
-                    "--repeats", "1", "--threads", "1"]) == 0
-    out = capsys.readouterr().out
-    for heading in ("Decoding L tokens", "KV cache after", "Peak memory", "Time relative"):
-        assert heading in out
+def test_format_tables_handle_one_length_and_zero_peaks():
+    rows = [{"L": 8, "peak": {"tiled": 0, "materialised": 2**20, "fused": 0}}]
+    text = bm.format_flash_memory_table(rows, B=1, d=4, block_size=4)
+    assert "slope" not in text and len(text.splitlines()) == 3  # one length: no slope to fit
+    with pytest.raises(ValueError, match="two different lengths"):
+        bm.memory_slopes(rows)
+    with pytest.raises(ValueError, match="'tiled' must be > 0"):
+        bm.memory_slopes(rows + [{"L": 16, "peak": {"tiled": 0, "materialised": 1, "fused": 1}}])
 
 
-def test_kernels_called_names_the_fused_cpu_kernel():
-    q = torch.randn(1, 1, 16, 8)  # (B, H, L, d)
-    names = bm.kernels_called(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
-    assert "aten::scaled_dot_product_attention" in names
-    assert any("flash_attention" in n for n in names)
-    with pytest.raises(ValueError, match="fn must be callable"):
-        bm.kernels_called(3)
+ROWS = {
+    "decoding": [{"L": 4, "seconds": {"cached": 1.0, "recompute": 2.0},
+                  "tokens_per_s": {"cached": 4.0, "recompute": 2.0},
+                  "speedup": Ratio(2.0, 2.0, 2.0), "cache_bytes": 128}],
+    "cache": [{"L": 4, "bytes": {8: 256, 1: 32}}],
+    "flash_memory": [{"L": 8, "peak": {"tiled": 10, "materialised": 40, "fused": 5}},
+                     {"L": 16, "peak": {"tiled": 20, "materialised": 160, "fused": 10}}],
+    "flash_speed": [{"L": 8, "ratios": {"tiled/fused": Ratio(2.0, 1.0, 3.0)}}],
+}
+
+
+def test_format_tables_of_rows_typed_by_hand():
+    assert "2.00 [2.00-2.00]" in bm.format_decoding_table(ROWS["decoding"], B=1, D=8, H=2)
+    assert "(8x)" in bm.format_cache_memory_table(ROWS["cache"], B=1, D=8, H=8)
+    text = bm.format_flash_memory_table(ROWS["flash_memory"], B=1, d=4, block_size=4)
+    assert text.splitlines()[-1].split()[:3] == ["slope", "1.00", "2.00"]
+    assert bm.memory_slopes(ROWS["flash_memory"])["materialised"] == pytest.approx(2.0)
+    assert "2.00 [1.00-3.00]" in bm.format_flash_speed_table(ROWS["flash_speed"], B=1, d=4,
+                                                              block_size=4)
+
+
+def _with(rows, **changes):
+    return [{**rows[0], **changes}, *rows[1:]]
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        # builders and tables: sizes, lengths, seeds, timing options
+        (lambda: bm.decoding_table([], B=1, D=8, H=2), "lengths must hold at least one"),
+        (lambda: bm.decoding_table([4, -1], B=1, D=8, H=2), r"lengths\[1\]"),
+        (lambda: bm.decoding_table(8, B=1, D=8, H=2), "lengths must be a sequence"),
+        (lambda: bm.decoding_table([4], B=1, D=8, H=2, repeats=0), "repeats"),
+        (lambda: bm.decoding_table([4], B=1, D=8, H=2, min_time=math.nan), "min_time"),
+        (lambda: bm.decoding_contenders(4, D=10, H=4), "divisible"),
+        (lambda: bm.decoding_contenders(0), "L must be an integer >= 1"),
+        (lambda: bm.decoding_contenders(4, B=-1), "B must be an integer >= 1"),
+        (lambda: bm.decoding_contenders(4, seed=-1), "seed must be an integer >= 0"),
+        (lambda: bm.decoding_flops(0, 8, cached=True), "L must be"),
+        (lambda: bm.decoding_flops(4, 0, cached=True), "D must be"),
+        (lambda: bm.decoding_flops(4, 8, cached=1), "cached must be True or False"),
+        (lambda: bm.step_flops(-1, 8, cached=True), "t must be an integer >= 0"),
+        (lambda: bm.cache_memory_table([4], kv_heads=[0]), r"kv_heads\[0\]"),
+        (lambda: bm.cache_memory_table([4], num_layers=0), "num_layers"),
+        (lambda: bm.cache_memory_table([-4]), r"lengths\[0\]"),
+        (lambda: bm.flash_memory_table([8], B=0), "B must be"),
+        (lambda: bm.flash_memory_table([8], block_size=-2), "block_size"),
+        (lambda: bm.flash_speed_table([8], d=0), "d must be"),
+        (lambda: bm.flash_speed_table([8], repeats=-1), "repeats"),
+        (lambda: bm._flash_contenders(8, seed="0"), "seed"),
+        # formatters: rows of the wrong shape
+        (lambda: bm.format_decoding_table([], B=1, D=8, H=2), "rows must hold at least one"),
+        (lambda: bm.format_decoding_table(ROWS["decoding"], B=1, D=8, H=3), "divisible"),
+        (lambda: bm.format_decoding_table(_with(ROWS["decoding"], speedup=2.0), B=1, D=8, H=2),
+         r"rows\[0\]\['speedup'\] must be a mha_lib.timing.Ratio"),
+        (lambda: bm.format_decoding_table(_with(ROWS["decoding"], tokens_per_s={"cached": 1.0}),
+                                          B=1, D=8, H=2), "lacks \\['recompute'\\]"),
+        (lambda: bm.format_cache_memory_table([{"L": 4}], B=1, D=8, H=8),
+         r"rows\[0\] must have the keys \['L', 'bytes'\].*lacks \['bytes'\]"),
+        (lambda: bm.format_cache_memory_table(_with(ROWS["cache"], bytes={8: 0}), B=1, D=8, H=8),
+         r"rows\[0\]\['bytes'\]\[8\] must be an integer >= 1"),
+        (lambda: bm.format_cache_memory_table(ROWS["cache"] + [{"L": 8, "bytes": {8: 1}}],
+                                              B=1, D=8, H=8), r"rows\[1\]\['bytes'\]"),
+        (lambda: bm.format_flash_memory_table(["row"], B=1, d=4, block_size=4),
+         r"rows\[0\] must be a dict"),
+        (lambda: bm.format_flash_memory_table([{"L": 8, "peak": {"fused": 1}}], B=1, d=4,
+                                              block_size=4), "lacks \\['tiled', 'materialised'\\]"),
+        (lambda: bm.format_flash_memory_table(ROWS["flash_memory"], B=1, d=4, block_size=0),
+         "block_size"),
+        (lambda: bm.memory_slopes(_with(ROWS["flash_memory"], peak={"tiled": 1})),
+         r"rows\[1\]\['peak'\] must have the contenders of rows\[0\]"),
+        (lambda: bm.memory_slopes({"L": 8}), "rows must be a sequence"),
+        (lambda: bm.format_flash_speed_table([{"L": 8, "ratios": {"tiled/fused": 2.0}}], B=1, d=4,
+                                             block_size=4), r"\['ratios'\]\['tiled/fused'\]"),
+    ],
+)
+def test_bad_arguments(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
