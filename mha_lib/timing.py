@@ -165,8 +165,8 @@ def _seconds_per_call(
         for _ in range(calls):
             fn()
         end = timer()
-        readings = (start, end)
-        if not all(isinstance(t, numbers.Real) and math.isfinite(t) for t in readings) or end < start:
+        finite = all(isinstance(t, numbers.Real) and math.isfinite(t) for t in (start, end))
+        if not finite or end < start:
             raise ValueError(
                 f"timer must return increasing finite seconds, got {start!r} then {end!r}"
             )
@@ -244,7 +244,9 @@ def check_agreement(
     """
     _check_functions(contenders, "contenders")
     if (atol is None) != (rtol is None):
-        raise ValueError(f"atol and rtol must be given together or not at all, got {atol!r} and {rtol!r}")
+        raise ValueError(
+            f"atol and rtol must be given together or not at all, got {atol!r} and {rtol!r}"
+        )
     tolerances = {}
     if atol is not None:
         tolerances = {

@@ -100,12 +100,14 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", title="commands", metavar="{cost,modern}")
-    c = commands.add_parser("cost", prog=f"{_PROG} cost", help=_COMMANDS["cost"], description=_COMMANDS["cost"])
+    c = commands.add_parser("cost", prog=f"{_PROG} cost", help=_COMMANDS["cost"],
+                            description=_COMMANDS["cost"])
     c.add_argument("--size", type=_parse_sizes, action="append", metavar="B,Lq,Lk,D,H",
                    help="a problem size (repeatable); default: the three sizes of the chapter")
     _add_common(c, *_DEFAULTS["cost"],
                 memory="sequence lengths of the memory table (default 256 512 1024 2048)")
-    m = commands.add_parser("modern", prog=f"{_PROG} modern", help=_COMMANDS["modern"], description=_COMMANDS["modern"])
+    m = commands.add_parser("modern", prog=f"{_PROG} modern", help=_COMMANDS["modern"],
+                            description=_COMMANDS["modern"])
     m.add_argument("--decode-lengths", type=_parse_positive_int, nargs="*", default=None,
                    metavar="L", help="tokens to decode (default 64 128 256 512); none to skip")
     _add_common(m, *_DEFAULTS["modern"],

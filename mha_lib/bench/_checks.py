@@ -3,13 +3,11 @@ the argument, what was expected and what came)."""
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Callable, Mapping
 
 import torch
 
-from mha_lib._checks import check_positive_int, check_sequence
+from mha_lib._checks import check_positive_int, check_sequence, check_size
 from mha_lib.timing import Ratio
 
 #: A check of one value: ``check(value, name)`` raises a ValueError naming ``name``.
@@ -30,6 +28,7 @@ def check_lengths(lengths: object, name: str = "lengths") -> list[int]:
 
 
 def check_float_dtype(dtype: object, name: str = "dtype") -> torch.dtype:
+    """A floating-point ``torch.dtype``."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"{name} must be a floating-point torch.dtype, got {dtype!r}")
     return dtype
@@ -44,25 +43,6 @@ def check_instance(kind: type, what: str) -> Check:
         return value
 
     return check
-
-
-def check_bytes(value: object, name: str) -> int:
-    """An integer >= 0 (bools excluded): a number of bytes."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"{name} must be a number of bytes (an integer >= 0), got {value!r}")
-    return int(value)
-
-
-def check_seconds(value: object, name: str) -> float:
-    """A finite number > 0 (bools excluded): a measured time."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"{name} must be a time in seconds (a finite number > 0), got {value!r}")
-    return float(value)
 
 
 check_ratio = check_instance(Ratio, "mha_lib.timing.Ratio")
@@ -106,14 +86,14 @@ def check_table(rows: object, columns: Mapping[str, Check], source: str) -> list
 
 def check_memory_rows(rows: object) -> list[Mapping]:
     """Rows of :func:`mha_lib.bench.cost.memory_table`."""
-    columns = {"L": check_positive_int, "weights_bytes": check_bytes, "peak_weights": check_bytes,
-               "peak_fast": check_bytes}
+    columns = {"L": check_positive_int, "weights_bytes": check_size, "peak_weights": check_size,
+               "peak_fast": check_size}
     return check_table(rows, columns, "memory_table")
 
 
 def check_peak_rows(rows: object, *required: str) -> list[Mapping]:
     """Rows of :func:`mha_lib.bench.modern.flash_memory_table` (``required`` contenders)."""
-    columns = {"L": check_positive_int, "peak": mapping_of(check_bytes, *required)}
+    columns = {"L": check_positive_int, "peak": mapping_of(check_size, *required)}
     rows = check_table(rows, columns, "flash_memory_table")
     names = list(rows[0]["peak"])
     for i, row in enumerate(rows):

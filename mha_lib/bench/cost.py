@@ -49,7 +49,6 @@ from mha_lib.bench._checks import (
     check_instance,
     check_lengths,
     check_memory_rows,
-    check_seconds,
 )
 from mha_lib.heads import split_heads
 from mha_lib.interop import to_torch_mha
@@ -399,7 +398,7 @@ def attention_share(times: Mapping[str, Sequence[float]]) -> float:
             f"got {times!r}"
         )
     attention, projections = (
-        check_sequence(times[key], f"times[{key!r}]", "times in seconds", check_seconds)
+        check_sequence(times[key], f"times[{key!r}]", "times in seconds", check_positive_number)
         for key in ("attention", "projections")
     )
     if len(attention) != len(projections):

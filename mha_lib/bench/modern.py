@@ -33,7 +33,6 @@ from mha_lib._checks import (
 from mha_lib.attention import DotProductAttention
 from mha_lib.bench._checks import (
     check_BDH,
-    check_bytes,
     check_lengths,
     check_peak_rows,
     check_ratio,
@@ -165,7 +164,7 @@ def format_decoding_table(rows: Sequence[Mapping], *, B: int, D: int, H: int) ->
         "L": check_positive_int,
         "tokens_per_s": mapping_of(check_positive_number, "cached", "recompute"),
         "speedup": check_ratio,
-        "cache_bytes": check_bytes,
+        "cache_bytes": check_size,
     }
     rows = check_table(rows, columns, "decoding_table")
     check_BDH(B, D, H)

@@ -21,14 +21,8 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
-from mha_lib._checks import check_sequence
-from mha_lib.bench._checks import (
-    check_BDH,
-    check_instance,
-    check_lengths,
-    check_memory_rows,
-    check_seconds,
-)
+from mha_lib._checks import check_positive_number, check_sequence
+from mha_lib.bench._checks import check_BDH, check_instance, check_lengths, check_memory_rows
 from mha_lib.bench.cost import CONTENDER_LABELS, Row, Sizes, flop_count
 from mha_lib.timing import paired_ratio
 
@@ -72,7 +66,7 @@ def scaling_figure(lengths: Sequence[int], seconds: Sequence[float], *, slope: f
         slope: the fitted slope, for the legend (:func:`mha_lib.timing.loglog_slope`).
     """
     lengths = check_lengths(lengths)
-    seconds = check_sequence(seconds, "seconds", "times in seconds", check_seconds)
+    seconds = check_sequence(seconds, "seconds", "times in seconds", check_positive_number)
     if len(seconds) != len(lengths):
         raise ValueError(
             f"seconds must hold one time per length ({len(lengths)}), got {len(seconds)}"

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mha_lib._checks import check_positive_int, check_sequence, check_size
-from mha_lib.bench._checks import check_instance, check_lengths, check_peak_rows, check_seconds
+from mha_lib._checks import check_positive_int, check_positive_number, check_sequence, check_size
+from mha_lib.bench._checks import check_instance, check_lengths, check_peak_rows
 from mha_lib.bench.modern import step_flops
 from mha_lib.flash import OnlineSoftmaxState
 from mha_lib.gqa import kv_head_of
@@ -90,7 +90,7 @@ def decoding_time_figure(lengths: Sequence[int], seconds: Mapping[str, Sequence[
     if not isinstance(seconds, Mapping) or not seconds:
         raise ValueError(f"seconds must be a non-empty mapping of methods to times, got {seconds!r}")
     seconds = {
-        name: check_sequence(ys, f"seconds[{name!r}]", "times in seconds", check_seconds)
+        name: check_sequence(ys, f"seconds[{name!r}]", "times in seconds", check_positive_number)
         for name, ys in seconds.items()
     }
     for name, ys in seconds.items():

@@ -170,7 +170,7 @@ def test_memory_table_weights_path_holds_more_than_the_fast_path():
         ([], "rows must hold at least one"),
         ({"L": 8}, "rows must be a sequence"),
         (["row"], r"rows\[0\] must be a dict"),
-        ([{**rows[0], "peak_fast": -1}], r"rows\[0\]\['peak_fast'\] must be a number of bytes"),
+        ([{**rows[0], "peak_fast": -1}], r"rows\[0\]\['peak_fast'\] must be an integer >= 0"),
         ([{**rows[0], "peak_fast": 1.5}], r"rows\[0\]\['peak_fast'\]"),
         ([{**rows[0], "L": 0}], r"rows\[0\]\['L'\] must be an integer >= 1"),
     ]:
