@@ -88,3 +88,44 @@ def quiet_when_traced(check: F) -> F:
             return check(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def check_callable(value: object, name: str) -> Callable:
+    """Return ``value`` if it can be called, else raise."""
+    if not callable(value):
+        raise ValueError(f"{name} must be callable, got {type(value).__name__}")
+    return value
+
+
+def check_positive_number(value: object, name: str) -> float:
+    """Return ``value`` as a float if it is a finite real number > 0 (bools excluded), else raise."""
+    import math
+
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def check_sequence(
+    values: object, name: str, what: str, check: Callable[[object, str], object]
+) -> list:
+    """Return ``values`` as a list if it is a non-empty sequence whose entries pass ``check``.
+
+    ``check(entry, f"{name}[i]")`` raises for a bad entry; ``what`` names the entries in the
+    message ("integers >= 1"). A string, a mapping or a single non-iterable value is refused.
+    """
+    from collections.abc import Iterable, Mapping
+
+    if isinstance(values, (str, bytes, Mapping, Tensor)) or not isinstance(values, Iterable):
+        raise ValueError(f"{name} must be a sequence of {what}, got {values!r}")
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} must hold at least one of {what}, got none")
+    for i, value in enumerate(values):
+        check(value, f"{name}[{i}]")
+    return values

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int, check_tensor
 from mha_lib._modes import eval_mode
-from mha_lib.bench import Ratio, paired_ratio, time_paired
+from mha_lib.timing import Ratio, paired_ratio, time_paired
 from mha_lib.masking import check_valid_lens, padding_mask_from_valid_lens, padding_to_keep
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.tasks import TaskBatch

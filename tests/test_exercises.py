@@ -513,7 +513,7 @@ def test_prune_checker_reports_a_wrong_number_of_heads(capsys):
 
 
 def test_chapter_6_references_agree_with_the_bench_module():
-    from mha_lib.bench import Sizes, flop_count, weights_bytes
+    from mha_lib.bench.cost import Sizes, flop_count, weights_bytes
 
     for D in (1, 8, 64, 100):
         L = exercises.crossover_length_variant(D, {})

@@ -20,7 +20,7 @@ from mha_lib.importance import (
     ranks,
     spearman,
 )
-from mha_lib.bench import Ratio
+from mha_lib.timing import Ratio
 from mha_lib.models import DigitAttentionModel, ModelConfig
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.tasks import TaskBatch, make_batch

@@ -8,78 +8,90 @@ Shape legend
     d    head size, D / H
     D    model width
 
-Run ``python -m mha_lib.bench_modern`` for the tables of the chapters "Decoding with a KV
+Run ``python -m mha_lib.bench modern`` for the tables of the chapters "Decoding with a KV
 cache", "Grouped-query attention" and "FlashAttention's idea" (``--quick`` for a few seconds,
-``--help`` for the options). Timings are paired ratios, as in :mod:`mha_lib.bench`: the
-contenders run in turns inside each repetition, and the table shows the median ratio with its
+``--help`` for the options). Timings are paired ratios (see :mod:`mha_lib.timing`): the
+contenders run in turns inside each repetition, and the tables show the median ratio with its
 minimum and maximum.
 """
 
 from __future__ import annotations
 
-import argparse
-import math
-import sys
-from typing import Callable, Sequence
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mha_lib._checks import check_positive_int
+from mha_lib._checks import (
+    check_bool,
+    check_positive_int,
+    check_positive_number,
+    check_size,
+)
 from mha_lib.attention import DotProductAttention
-from mha_lib.bench import Ratio, _check_callable, _quiet_stderr, loglog_slope, paired_ratio, peak_memory, time_paired
+from mha_lib.bench._checks import (
+    check_BDH,
+    check_lengths,
+    check_peak_rows,
+    check_ratio,
+    check_table,
+    mapping_of,
+)
 from mha_lib.decoding import KVCache, kv_cache_bytes
 from mha_lib.flash import tiled_attention
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.masking import causal_valid_lens
 from mha_lib.multihead import MultiHeadAttention
+from mha_lib.timing import loglog_slope, paired_ratio, peak_memory, time_paired
 
 __all__ = [
     "cache_memory_table",
     "decoding_contenders",
     "decoding_flops",
     "decoding_table",
-    "flash_contenders",
     "flash_memory_table",
     "flash_speed_table",
     "format_cache_memory_table",
     "format_decoding_table",
     "format_flash_memory_table",
     "format_flash_speed_table",
-    "kernels_called",
-    "main",
+    "memory_slopes",
+    "step_flops",
 ]
 
 
-def _check_lengths(lengths: object, name: str = "lengths") -> list[int]:
-    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence) or not lengths:
-        raise ValueError(f"{name} must be a non-empty sequence of integers >= 1, got {lengths!r}")
-    return [check_positive_int(L, f"{name}[{i}]") for i, L in enumerate(lengths)]
-
-
-def _check_BDH(B: object, D: object, H: object) -> None:
-    for value, name in ((B, "B"), (D, "D"), (H, "H")):
-        check_positive_int(value, name)
-    if D % H:
-        raise ValueError(f"D ({D}) must be divisible by H ({H})")
+def _check_timing(repeats: object, min_time: object) -> None:
+    check_positive_int(repeats, "repeats")
+    check_positive_number(min_time, "min_time")
 
 
 # --- decoding --------------------------------------------------------------------------------
 
 
-def decoding_flops(L: int, D: int, *, cached: bool) -> int:
-    """FLOPs of decoding L tokens through one self-attention layer of width D.
+def step_flops(t: int, D: int, *, cached: bool) -> int:
+    """FLOPs of decoding step ``t`` (0-based) through one self-attention layer of width D.
 
     With the cache, step ``t`` projects one token (4 matrices of D x D: ``8 D^2``) and attends
     to ``t + 1`` keys (scores and weighted sum: ``4 (t + 1) D``). Without it, step ``t`` runs the
     layer on the whole prefix of ``t + 1`` tokens: ``8 (t + 1) D^2 + 4 (t + 1)^2 D``.
     """
-    L, D = check_positive_int(L, "L"), check_positive_int(D, "D")
-    n = range(1, L + 1)  # prefix length t + 1 at step t
+    m = check_size(t, "t") + 1  # the prefix length
+    D = check_positive_int(D, "D")
+    check_bool(cached, "cached")
     if cached:
-        return sum(8 * D * D + 4 * m * D for m in n)
-    return sum(8 * m * D * D + 4 * m * m * D for m in n)
+        return 8 * D * D + 4 * m * D
+    return 8 * m * D * D + 4 * m * m * D
+
+
+def decoding_flops(L: int, D: int, *, cached: bool) -> int:
+    """FLOPs of decoding L tokens through one self-attention layer of width D.
+
+    The sum of :func:`step_flops` over the steps ``t = 0 .. L - 1``.
+    """
+    L = check_positive_int(L, "L")
+    return sum(step_flops(t, D, cached=cached) for t in range(L))
 
 
 def decoding_contenders(
@@ -92,10 +104,12 @@ def decoding_contenders(
       (causal valid lengths), keeping the last position's output.
     """
     L = check_positive_int(L, "L")
-    _check_BDH(B, D, H)
-    torch.manual_seed(seed)
-    mha = MultiHeadAttention(D, D, D, D, H, 0.0).eval()
-    x = torch.randn(B, L, D)
+    check_BDH(B, D, H)
+    check_size(seed, "seed")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        mha = MultiHeadAttention(D, D, D, D, H, 0.0).eval()
+        x = torch.randn(B, L, D)
 
     def cached() -> Tensor:
         cache = KVCache()
@@ -121,18 +135,19 @@ def decoding_table(
 
     Returns:
         One dict per length: ``L``, ``tokens_per_s`` (dict by contender, median),
-        ``speedup`` (a :class:`~mha_lib.bench.Ratio`, recompute time / cached time),
+        ``speedup`` (a :class:`~mha_lib.timing.Ratio`, recompute time / cached time),
         ``seconds`` (median seconds to decode L tokens, by contender), ``cache_bytes``.
     """
-    lengths = _check_lengths(lengths)
-    _check_BDH(B, D, H)
+    lengths = check_lengths(lengths)
+    check_BDH(B, D, H)
+    _check_timing(repeats, min_time)
     rows = []
     for L in lengths:
         fns = decoding_contenders(L, B=B, D=D, H=H)
         with torch.inference_mode():
             torch.testing.assert_close(fns["cached"](), fns["recompute"](), atol=1e-5, rtol=1e-4)
         times = time_paired(fns, repeats=repeats, min_time=min_time)
-        seconds = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+        seconds = {name: statistics.median(t) for name, t in times.items()}
         rows.append({
             "L": L,
             "seconds": seconds,
@@ -143,8 +158,16 @@ def decoding_table(
     return rows
 
 
-def format_decoding_table(rows: Sequence[dict], *, B: int, D: int, H: int) -> str:
+def format_decoding_table(rows: Sequence[Mapping], *, B: int, D: int, H: int) -> str:
     """The decoding table as text (``rows`` as :func:`decoding_table` returns them)."""
+    columns = {
+        "L": check_positive_int,
+        "tokens_per_s": mapping_of(check_positive_number, "cached", "recompute"),
+        "speedup": check_ratio,
+        "cache_bytes": check_size,
+    }
+    rows = check_table(rows, columns, "decoding_table")
+    check_BDH(B, D, H)
     lines = [
         f"Decoding L tokens through one layer, B={B} D={D} H={H} (tokens/s: median)",
         f"{'L':>6}  {'cached tok/s':>12}  {'recompute tok/s':>15}  {'speed-up [min-max]':>20}"
@@ -171,15 +194,16 @@ def cache_memory_table(
     Returns:
         One dict per length: ``L`` and ``bytes`` (dict from Hkv to bytes, all layers).
     """
-    lengths = _check_lengths(lengths)
-    kv_heads = _check_lengths(kv_heads, "kv_heads")
-    _check_BDH(B, D, H)
+    lengths = check_lengths(lengths)
+    kv_heads = check_lengths(kv_heads, "kv_heads")
+    check_BDH(B, D, H)
     num_layers = check_positive_int(num_layers, "num_layers")
-    torch.manual_seed(0)
-    layers = {Hkv: GroupedQueryAttention(D, H, Hkv, 0.0).eval() for Hkv in kv_heads}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        layers = {Hkv: GroupedQueryAttention(D, H, Hkv, 0.0).eval() for Hkv in kv_heads}
+        inputs = [torch.randn(B, L, D) for L in lengths]
     rows = []
-    for L in lengths:
-        x = torch.randn(B, L, D)
+    for L, x in zip(lengths, inputs):
         measured = {}
         for Hkv, layer in layers.items():
             cache = KVCache(num_layers)
@@ -194,13 +218,20 @@ def cache_memory_table(
     return rows
 
 
-def format_cache_memory_table(rows: Sequence[dict], *, B: int, D: int, H: int) -> str:
-    """The KV cache memory table as text, with the ratio to full multi-head (Hkv = H).
+def format_cache_memory_table(rows: Sequence[Mapping], *, B: int, D: int, H: int) -> str:
+    """The KV cache memory table as text, with the ratio to the first column's Hkv.
 
     Sizes are in KiB when the smallest is below 1 MiB (so small caches do not round to 0.00
     MiB), else in MiB.
     """
+    rows = check_table(rows, {"L": check_positive_int, "bytes": mapping_of(_check_cache_bytes)},
+                       "cache_memory_table")
+    check_BDH(B, D, H)
     kv_heads = list(rows[0]["bytes"])
+    for i, r in enumerate(rows):
+        if list(r["bytes"]) != kv_heads:
+            raise ValueError(f"rows[{i}]['bytes'] must have the Hkv of rows[0] {kv_heads}, "
+                             f"got {list(r['bytes'])}")
     smallest = min(n for r in rows for n in r["bytes"].values())
     unit, scale = ("KiB", 2**10) if smallest < 2**20 else ("MiB", 2**20)
     lines = [
@@ -214,10 +245,20 @@ def format_cache_memory_table(rows: Sequence[dict], *, B: int, D: int, H: int) -
     return "\n".join(lines)
 
 
+def _check_cache_bytes(value: object, name: str) -> int:
+    """Bytes of a filled cache: an integer >= 1 (a ratio divides by it)."""
+    return check_positive_int(value, name)
+
+
 # --- tiled attention -------------------------------------------------------------------------
 
 
-def flash_contenders(
+def _check_flash_sizes(B: object, d: object, block_size: object) -> None:
+    for value, name in ((B, "B"), (d, "d"), (block_size, "block_size")):
+        check_positive_int(value, name)
+
+
+def _flash_contenders(
     L: int, *, B: int = 1, d: int = 64, block_size: int = 64, seed: int = 0
 ) -> dict[str, Callable[[], Tensor]]:
     """Self-attention of L positions (heads folded into B) three ways, on the same inputs.
@@ -227,10 +268,8 @@ def flash_contenders(
     * ``fused``: ``F.scaled_dot_product_attention``, PyTorch's fused CPU kernel.
     """
     L = check_positive_int(L, "L")
-    check_positive_int(B, "B")
-    check_positive_int(d, "d")
-    block_size = check_positive_int(block_size, "block_size")
-    g = torch.Generator().manual_seed(seed)
+    _check_flash_sizes(B, d, block_size)
+    g = torch.Generator().manual_seed(check_size(seed, "seed"))
     q, k, v = (torch.randn(B, L, d, generator=g) for _ in range(3))
     attention = DotProductAttention(0.0).eval()
     return {
@@ -251,22 +290,38 @@ def flash_memory_table(
     Returns:
         One dict per length: ``L`` and ``peak`` (dict by contender, bytes).
     """
-    lengths = _check_lengths(lengths)
+    lengths = check_lengths(lengths)
+    _check_flash_sizes(B, d, block_size)
     rows = []
     for L in lengths:
-        fns = flash_contenders(L, B=B, d=d, block_size=block_size)
+        fns = _flash_contenders(L, B=B, d=d, block_size=block_size)
         rows.append({"L": L, "peak": {name: peak_memory(fn) for name, fn in fns.items()}})
     return rows
 
 
-def memory_slopes(rows: Sequence[dict]) -> dict[str, float]:
-    """Log-log slope of each contender's peak against L (1: linear, 2: quadratic)."""
+def memory_slopes(rows: Sequence[Mapping]) -> dict[str, float]:
+    """Log-log slope of each contender's peak against L (1: linear, 2: quadratic).
+
+    Args:
+        rows: as :func:`flash_memory_table` returns them, at least two different lengths.
+    """
+    rows = check_peak_rows(rows)
     Ls = [r["L"] for r in rows]
-    return {name: loglog_slope(Ls, [r["peak"][name] for r in rows]) for name in rows[0]["peak"]}
+    if len(set(Ls)) < 2:
+        raise ValueError(f"rows must hold at least two different lengths L to fit a slope, got {Ls}")
+    slopes = {}
+    for name in rows[0]["peak"]:
+        peaks = [r["peak"][name] for r in rows]
+        if min(peaks) <= 0:
+            raise ValueError(f"the peaks of {name!r} must be > 0 to take logarithms, got {peaks}")
+        slopes[name] = loglog_slope(Ls, peaks)
+    return slopes
 
 
-def format_flash_memory_table(rows: Sequence[dict], *, B: int, d: int, block_size: int) -> str:
+def format_flash_memory_table(rows: Sequence[Mapping], *, B: int, d: int, block_size: int) -> str:
     """The peak-memory table as text, in MiB, with the fitted log-log slopes."""
+    rows = check_peak_rows(rows, "tiled", "materialised")
+    _check_flash_sizes(B, d, block_size)
     names = list(rows[0]["peak"])
     lines = [
         f"Peak memory of attention, B={B} (heads folded in) d={d}, Lq = Lk = L, "
@@ -277,27 +332,12 @@ def format_flash_memory_table(rows: Sequence[dict], *, B: int, d: int, block_siz
         p = r["peak"]
         lines.append(
             f"{r['L']:>6}" + "".join(f"  {p[n] / 2**20:>12.2f}" for n in names)
-            + f"  {p['materialised'] / p['tiled']:>18.1f}"
+            + f"  {p['materialised'] / max(p['tiled'], 1):>18.1f}"
         )
-    if len(rows) >= 2:
+    if len({r["L"] for r in rows}) >= 2 and all(n > 0 for r in rows for n in r["peak"].values()):
         slopes = memory_slopes(rows)
         lines.append(f"{'slope':>6}" + "".join(f"  {slopes[n]:>12.2f}" for n in names))
     return "\n".join(lines)
-
-
-def kernels_called(fn: Callable[[], object]) -> set[str]:
-    """Names of the PyTorch operators (``aten::...``) that ``fn()`` runs, from torch.profiler.
-
-    Shows which kernel ``F.scaled_dot_product_attention`` picked, e.g.
-    ``aten::_scaled_dot_product_flash_attention_for_cpu``.
-    """
-    _check_callable(fn, "fn")
-    from torch.profiler import ProfilerActivity, profile
-
-    with torch.inference_mode(), _quiet_stderr():
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            fn()
-    return {event.name for event in prof.events()}
 
 
 def flash_speed_table(
@@ -308,12 +348,14 @@ def flash_speed_table(
 
     Returns:
         One dict per length: ``L`` and ``ratios`` (dict ``"tiled/fused"`` and
-        ``"materialised/fused"`` to :class:`~mha_lib.bench.Ratio`).
+        ``"materialised/fused"`` to :class:`~mha_lib.timing.Ratio`).
     """
-    lengths = _check_lengths(lengths)
+    lengths = check_lengths(lengths)
+    _check_flash_sizes(B, d, block_size)
+    _check_timing(repeats, min_time)
     rows = []
     for L in lengths:
-        fns = flash_contenders(L, B=B, d=d, block_size=block_size)
+        fns = _flash_contenders(L, B=B, d=d, block_size=block_size)
         times = time_paired(fns, repeats=repeats, min_time=min_time)
         rows.append({"L": L, "ratios": {
             f"{name}/fused": paired_ratio(times, name, "fused") for name in ("tiled", "materialised")
@@ -321,82 +363,16 @@ def flash_speed_table(
     return rows
 
 
-def format_flash_speed_table(rows: Sequence[dict], *, B: int, d: int, block_size: int) -> str:
+def format_flash_speed_table(rows: Sequence[Mapping], *, B: int, d: int, block_size: int) -> str:
     """The speed table as text: time / fused kernel's time, median [min-max]."""
+    rows = check_table(rows, {"L": check_positive_int, "ratios": mapping_of(check_ratio)},
+                       "flash_speed_table")
+    _check_flash_sizes(B, d, block_size)
     names = list(rows[0]["ratios"])
     lines = [
         f"Time relative to F.scaled_dot_product_attention, B={B} d={d} block_size={block_size}",
         f"{'L':>6}" + "".join(f"  {n:>22}" for n in names),
     ]
     for r in rows:
-        lines.append(f"{r['L']:>6}" + "".join(f"  {str(r['ratios'][n]):>22}" for n in names))
+        lines.append(f"{r['L']:>6}" + "".join(f"  {str(r['ratios'].get(n, '-')):>22}" for n in names))
     return "\n".join(lines)
-
-
-# --- command line ----------------------------------------------------------------------------
-
-
-def _positive(text: str) -> int:
-    try:
-        return check_positive_int(int(text), "value")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m mha_lib.bench_modern``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m mha_lib.bench_modern",
-        description="Decoding with and without a KV cache, KV cache memory with grouped-query "
-        "attention, and peak memory and speed of tiled (online-softmax) attention.",
-    )
-    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
-    parser.add_argument("--decode-lengths", type=_positive, nargs="*", default=None, metavar="L",
-                        help="tokens to decode (default 64 128 256 512; none to skip)")
-    parser.add_argument("--memory-lengths", type=_positive, nargs="*", default=None, metavar="L",
-                        help="lengths of the peak-memory table (default 512 1024 2048 4096)")
-    parser.add_argument("--repeats", type=_positive, default=None, help="ratios per cell (default 5)")
-    parser.add_argument("--threads", type=_positive, default=None, help="torch.set_num_threads")
-    args = parser.parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    quick = args.quick
-    decode = args.decode_lengths if args.decode_lengths is not None else (
-        [16, 32] if quick else [64, 128, 256, 512])
-    memory = args.memory_lengths if args.memory_lengths is not None else (
-        [128, 256] if quick else [512, 1024, 2048, 4096])
-    repeats = args.repeats or (3 if quick else 5)
-    min_time = 0.01 if quick else 0.1
-    dec = dict(B=1, D=32, H=4) if quick else dict(B=1, D=256, H=8)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"median [min-max] of {repeats} paired time ratios", flush=True)
-    if decode:
-        rows = decoding_table(decode, repeats=repeats, min_time=min_time, **dec)
-        print()
-        print(format_decoding_table(rows, **dec), flush=True)
-        slopes = {
-            name: loglog_slope(decode, [r["seconds"][name] for r in rows]) for name in ("cached", "recompute")
-        } if len(decode) >= 2 else {}
-        if slopes:
-            print(f"log-log slope of total time against L: cached {slopes['cached']:.2f}, "
-                  f"recompute {slopes['recompute']:.2f}")
-        cache_lengths = [L * 8 for L in decode]
-        kv = dict(B=1, D=dec["D"], H=dec["H"])
-        heads = sorted({dec["H"], max(dec["H"] // 4, 1), 1}, reverse=True)
-        crows = cache_memory_table(cache_lengths, kv_heads=heads, **kv)
-        print()
-        print(format_cache_memory_table(crows, **kv), flush=True)
-    if memory:
-        fl = dict(B=2, d=32, block_size=32) if quick else dict(B=4, d=64, block_size=64)
-        mrows = flash_memory_table(memory, **fl)
-        print()
-        print(format_flash_memory_table(mrows, **fl), flush=True)
-        srows = flash_speed_table(memory[:2] if quick else memory[:3], repeats=repeats,
-                                  min_time=min_time, **fl)
-        print()
-        print(format_flash_speed_table(srows, **fl), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
