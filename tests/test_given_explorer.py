@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mha_lib.induction import AttentionOnlyTransformer, InductionConfig, make_repeated_batch
+from mha_lib.induction import AttentionOnlyTransformer, Config, make_repeated_batch
 from mha_lib.masking import causal_valid_lens
 from mha_lib.viz.given_explorer import (
     explore_given,
@@ -22,8 +22,8 @@ L = 6
 def sequence_and_weights():
     """A small untrained two-layer causal model's weights on one sequence: (N, H, L, L)."""
     torch.manual_seed(0)
-    model = AttentionOnlyTransformer(InductionConfig(vocab_size=8, num_hiddens=8, max_len=L,
-                                                     num_heads=2, num_layers=2)).eval()
+    model = AttentionOnlyTransformer(Config(vocab_size=8, d_model=8, max_len=L,
+                                            num_heads=2, num_layers=2)).eval()
     tokens = make_repeated_batch(1, L // 2, 8, torch.Generator().manual_seed(1))  # (1, L)
     with torch.no_grad():
         _, weights = model(tokens, need_weights=True)  # (1, N, H, L, L)
