@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -47,11 +47,11 @@ from mha_lib._modes import eval_mode
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.training import (
     TrainResult,
-    check_real,
-    load_checkpoint,
-    model_from_checkpoint,
+    check_config,
+    check_config_fields,
+    load_model,
     run_main,
-    save_checkpoint,
+    save_result,
     train_loop,
     warmup_cosine,
 )
@@ -231,25 +231,14 @@ class Config:
 
     def __post_init__(self) -> None:
         """Raise a ValueError naming the first field that is out of range (never clamp)."""
-        for name in ("vocab_size", "max_len", "d_model", "num_heads", "mlp_hiddens", "steps",
-                     "batch_size", "num_threads"):
+        check_config_fields(self)
+        for name in ("vocab_size", "max_len", "mlp_hiddens"):
             check_positive_int(getattr(self, name), f"config.{name}")
-        check_size(self.seed, "config.seed")
         check_size(self.warmup, "config.warmup")
         if self.max_len < 2:
             raise ValueError(f"config.max_len must be >= 2 (a target needs two digits), got {self.max_len}")
-        if self.d_model % self.num_heads:
-            raise ValueError(f"config.d_model ({self.d_model}) must be divisible by config.num_heads ({self.num_heads})")
         if self.warmup > self.steps:
             raise ValueError(f"config.warmup must be <= steps = {self.steps}, got {self.warmup}")
-        check_real(self.lr, "config.lr", positive=True)
-        check_real(self.weight_decay, "config.weight_decay")
-
-
-def _check_config(config: object) -> Config:
-    if not isinstance(config, Config):
-        raise ValueError(f"config must be a mha_lib.digits.Config, got {type(config).__name__}")
-    return config
 
 
 class DigitAttentionModel(nn.Module):
@@ -272,7 +261,7 @@ class DigitAttentionModel(nn.Module):
 
     def __init__(self, config: Config = Config()) -> None:
         super().__init__()
-        self.config = _check_config(config)
+        self.config = check_config(config, Config)
         D = config.d_model
         self.token_embedding = nn.Embedding(config.vocab_size + 1, D)  # +1: the padding token
         self.position_embedding = nn.Embedding(config.max_len, D)
@@ -430,7 +419,7 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True) -> Train
         ``train_loss`` (every step), ``cpu_seconds``, ``torch_version`` and ``test_accuracy``
         (:func:`accuracy` on :func:`held_out_set`).
     """
-    config = _check_config(config)
+    config = check_config(config, Config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)  # parameter initialisation draws from the global generator
         model = DigitAttentionModel(config)
@@ -454,24 +443,17 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True) -> Train
 def save(result: TrainResult, path: str | Path, *, overwrite: bool = False) -> Path:
     """Save a :func:`train` result as a checkpoint of kind ``"digits"`` (refuses to overwrite
     an existing file unless ``overwrite``); returns the path."""
-    if not isinstance(result, TrainResult) or not isinstance(result.model, DigitAttentionModel):
-        raise ValueError(f"result must be the TrainResult of mha_lib.digits.train, got {type(result).__name__}")
-    return save_checkpoint(path, kind=KIND, config=asdict(_check_config(result.config)),
-                           state_dict=result.model.state_dict(), extra=result.history, overwrite=overwrite)
+    return save_result(result, path, kind=KIND, model_class=DigitAttentionModel, overwrite=overwrite)
 
 
 def load_pretrained(path: str | Path | None = None) -> DigitAttentionModel:
-    """The shipped model (or the checkpoint at ``path``), in eval mode.
+    """The shipped model, trained from ``Config()`` (or the checkpoint at ``path``), in eval mode.
 
-    Its training record is the checkpoint's ``extra``:
-    ``load_checkpoint(PRETRAINED_PATH, kind=KIND)["extra"]``.
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: the file is not a checkpoint of this experiment.
+    ``load_checkpoint(PRETRAINED_PATH, kind=KIND)["extra"]`` is its training record. A file
+    that is not a checkpoint of this experiment raises a ValueError.
     """
-    ckpt = load_checkpoint(PRETRAINED_PATH if path is None else path, kind=KIND)
-    return model_from_checkpoint(ckpt, config_class=Config, model_class=DigitAttentionModel)
+    return load_model(PRETRAINED_PATH if path is None else path, kind=KIND, config_class=Config,
+                      model_class=DigitAttentionModel)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,7 +31,7 @@ Shape legend
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence, TextIO
@@ -39,17 +39,17 @@ from typing import Iterator, NamedTuple, Sequence, TextIO
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import check_bool, check_positive_int, check_size, check_tensor
+from mha_lib._checks import check_bool, check_positive_int, check_tensor
 from mha_lib._modes import eval_mode
 from mha_lib.masking import causal_valid_lens
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.training import (
     TrainResult,
-    check_real,
-    load_checkpoint,
-    model_from_checkpoint,
+    check_config,
+    check_config_fields,
+    load_model,
     run_main,
-    save_checkpoint,
+    save_result,
     train_loop,
 )
 
@@ -166,25 +166,14 @@ class Config:
 
     def __post_init__(self) -> None:
         """Raise a ValueError naming the first field that is out of range (never clamp)."""
-        for name in ("vocab_size", "max_len", "d_model", "num_heads", "num_layers", "steps",
-                     "batch_size", "min_half_len", "max_half_len", "eval_every", "num_threads"):
+        check_config_fields(self)
+        for name in ("vocab_size", "max_len", "num_layers", "min_half_len", "max_half_len", "eval_every"):
             check_positive_int(getattr(self, name), f"config.{name}")
         check_bool(self.position_infused, "config.position_infused")
-        check_size(self.seed, "config.seed")
-        if self.d_model % self.num_heads:
-            raise ValueError(f"config.d_model ({self.d_model}) must be divisible by config.num_heads ({self.num_heads})")
         if not 2 <= self.min_half_len <= self.max_half_len:
             raise ValueError(
                 f"config needs 2 <= min_half_len <= max_half_len, got {self.min_half_len} and {self.max_half_len}"
             )
-        check_real(self.lr, "config.lr", positive=True)
-        check_real(self.weight_decay, "config.weight_decay")
-
-
-def _check_config(config: object) -> Config:
-    if not isinstance(config, Config):
-        raise ValueError(f"config must be a mha_lib.induction.Config, got {type(config).__name__}")
-    return config
 
 
 class AttentionOnlyTransformer(nn.Module):
@@ -213,7 +202,7 @@ class AttentionOnlyTransformer(nn.Module):
 
     def __init__(self, config: Config = Config()) -> None:
         super().__init__()
-        self.config = _check_config(config)
+        self.config = check_config(config, Config)
         D = config.d_model
         self.token_embedding = nn.Embedding(config.vocab_size, D)
         self.position_embedding = nn.Embedding(config.max_len, D)
@@ -465,7 +454,7 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True) -> Train
         ``cpu_seconds`` (this process's CPU time, which other processes' load hardly changes)
         and ``torch_version``.
     """
-    config = _check_config(config)
+    config = check_config(config, Config)
     _check_trainable(config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)  # the initialisation, without touching the caller's state
@@ -484,24 +473,17 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True) -> Train
 def save(result: TrainResult, path: str | Path, *, overwrite: bool = False) -> Path:
     """Save a :func:`train` result as a checkpoint of kind ``"induction"`` (refuses to
     overwrite an existing file unless ``overwrite``); returns the path."""
-    if not isinstance(result, TrainResult) or not isinstance(result.model, AttentionOnlyTransformer):
-        raise ValueError(f"result must be the TrainResult of mha_lib.induction.train, got {type(result).__name__}")
-    return save_checkpoint(path, kind=KIND, config=asdict(_check_config(result.config)),
-                           state_dict=result.model.state_dict(), extra=result.history, overwrite=overwrite)
+    return save_result(result, path, kind=KIND, model_class=AttentionOnlyTransformer, overwrite=overwrite)
 
 
 def load_pretrained(path: str | Path | None = None) -> AttentionOnlyTransformer:
-    """The shipped two-layer model with its induction head (or the checkpoint at ``path``), in eval mode.
+    """The shipped two-layer model with its induction head (or the checkpoint at ``path``), eval mode.
 
-    Its training record is the checkpoint's ``extra``:
-    ``load_checkpoint(PRETRAINED_PATH, kind=KIND)["extra"]``.
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: the file is not a checkpoint of this experiment.
+    Its checkpoint's ``extra`` holds the loss curves the chapter plots:
+    ``load_checkpoint(PRETRAINED_PATH, kind=KIND)["extra"]``. Another file raises a ValueError.
     """
-    ckpt = load_checkpoint(PRETRAINED_PATH if path is None else path, kind=KIND)
-    return model_from_checkpoint(ckpt, config_class=Config, model_class=AttentionOnlyTransformer)
+    return load_model(PRETRAINED_PATH if path is None else path, kind=KIND, config_class=Config,
+                      model_class=AttentionOnlyTransformer)
 
 
 def _summary(result: TrainResult) -> str:

@@ -10,7 +10,8 @@ model) trains through :func:`train_loop` and stores its weights with :func:`save
 * :func:`save_checkpoint`, :func:`load_checkpoint`   one file format for every experiment: a
   dict with ``kind``, ``config``, ``state_dict`` and ``extra``, loaded with
   ``torch.load(..., weights_only=True)`` (tensors and plain data, never arbitrary objects)
-* :func:`model_from_checkpoint`   rebuild an experiment's model from such a dict
+* :func:`save_result`, :func:`load_model`   an experiment's :class:`TrainResult` to a
+  checkpoint, and its model back
 * :func:`run_main`         the command line shared by ``python -m mha_lib.<experiment> --out PATH``
 """
 
@@ -36,23 +37,50 @@ from mha_lib._modes import eval_mode
 
 __all__ = [
     "TrainResult",
-    "check_real",
+    "check_config",
+    "check_config_fields",
     "load_checkpoint",
-    "model_from_checkpoint",
+    "load_model",
     "run_main",
     "save_checkpoint",
+    "save_result",
     "train_loop",
     "warmup_cosine",
 ]
 
 
-def check_real(value: object, name: str, *, positive: bool = False) -> float:
-    """Return ``value`` as a float if it is a finite real number >= 0 (> 0 with ``positive``),
-    else raise (a learning rate, a weight decay)."""
+def _check_real(value: object, name: str, *, positive: bool = False) -> float:
+    """Return ``value`` as a float if it is a finite real number >= 0 (> 0 with ``positive``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
             or value < 0 or (positive and value == 0):
         raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
     return float(value)
+
+
+def check_config(config: object, cls: type) -> Any:
+    """Return ``config`` if it is a ``cls`` (an experiment's ``Config``), else raise."""
+    if not isinstance(config, cls):
+        raise ValueError(f"config must be a {cls.__module__}.{cls.__qualname__}, got {type(config).__name__}")
+    return config
+
+
+def check_config_fields(config: Any) -> None:
+    """Check the fields every experiment's ``Config`` has, from its ``__post_init__``.
+
+    ``d_model`` and ``num_heads`` (integers >= 1, ``d_model`` divisible by ``num_heads``),
+    ``seed`` (>= 0), ``steps``, ``batch_size`` and ``num_threads`` (>= 1), ``lr`` (a finite
+    number > 0) and ``weight_decay`` (>= 0).
+
+    Raises:
+        ValueError: naming the first field that is out of range (never clamped).
+    """
+    for name in ("d_model", "num_heads", "steps", "batch_size", "num_threads"):
+        check_positive_int(getattr(config, name), f"config.{name}")
+    check_size(config.seed, "config.seed")
+    if config.d_model % config.num_heads:
+        raise ValueError(f"config.d_model ({config.d_model}) must be divisible by config.num_heads ({config.num_heads})")
+    _check_real(config.lr, "config.lr", positive=True)
+    _check_real(config.weight_decay, "config.weight_decay")
 
 
 # --- the learning-rate schedule ---------------------------------------------------------------
@@ -181,7 +209,7 @@ def train_loop(
             raise ValueError("eval_every needs evaluate: got eval_every without an evaluate function")
         eval_every = check_positive_int(eval_every, "eval_every")
     if max_grad_norm is not None:
-        max_grad_norm = check_real(max_grad_norm, "max_grad_norm", positive=True)
+        max_grad_norm = _check_real(max_grad_norm, "max_grad_norm", positive=True)
     if num_threads is not None:
         num_threads = check_positive_int(num_threads, "num_threads")
     out = _progress_stream(progress)
@@ -428,32 +456,56 @@ def load_checkpoint(path: str | os.PathLike, *, kind: str) -> dict:
     return ckpt
 
 
-def model_from_checkpoint(ckpt: Mapping, *, config_class: type, model_class: Callable[[Any], nn.Module]) -> nn.Module:
-    """Rebuild an experiment's model from a :func:`load_checkpoint` dict, in eval mode.
+def save_result(result: TrainResult, path: str | os.PathLike, *, kind: str, model_class: type,
+                overwrite: bool = False) -> Path:
+    """Save an experiment's :class:`TrainResult` with :func:`save_checkpoint`: its config (as a
+    dict), the model's ``state_dict`` and the history as ``extra``.
+
+    Raises:
+        ValueError: result not a TrainResult whose model is a ``model_class`` and whose config
+            is a dataclass, or a reason of :func:`save_checkpoint`.
+    """
+    if not isinstance(model_class, type):
+        raise ValueError(f"model_class must be a class, got {model_class!r}")
+    if not isinstance(result, TrainResult) or not isinstance(result.model, model_class) or not (
+        dataclasses.is_dataclass(result.config) and not isinstance(result.config, type)
+    ):
+        raise ValueError(
+            f"result must be a TrainResult of a {model_class.__name__} and its Config (what the "
+            f"experiment's train returns), got {type(result).__name__}"
+        )
+    return save_checkpoint(path, kind=kind, config=dataclasses.asdict(result.config),
+                           state_dict=result.model.state_dict(), extra=result.history, overwrite=overwrite)
+
+
+def load_model(path: str | os.PathLike, *, kind: str, config_class: type,
+               model_class: Callable[[Any], nn.Module]) -> nn.Module:
+    """Rebuild an experiment's model from its checkpoint (:func:`load_checkpoint`), in eval mode.
 
     Args:
-        ckpt: the dict.
-        config_class: the experiment's ``Config`` dataclass (built from ``ckpt["config"]``).
+        path: the checkpoint file.
+        kind: the experiment it must belong to.
+        config_class: the experiment's ``Config`` dataclass (built from the checkpoint's config).
         model_class: called with that config.
 
     Raises:
-        ValueError: ckpt not such a dict, a config that does not fit ``config_class``, or
-            weights that do not fit the model.
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file is not a checkpoint of that kind, its config does not fit
+            ``config_class``, or its weights do not fit the model.
     """
-    if not isinstance(ckpt, Mapping) or not set(_KEYS) <= set(ckpt):
-        raise ValueError(f"ckpt must be a dict from load_checkpoint (keys {list(_KEYS)}), got {type(ckpt).__name__}")
     if not dataclasses.is_dataclass(config_class) or not isinstance(config_class, type):
         raise ValueError(f"config_class must be a dataclass, got {config_class!r}")
     _check_callable(model_class, "model_class")
+    ckpt = load_checkpoint(path, kind=kind)
     try:
         config = config_class(**ckpt["config"])
     except TypeError as err:
-        raise ValueError(f"ckpt['config'] does not fit {config_class.__name__}: {err}") from None
+        raise ValueError(f"the config of {str(path)!r} does not fit {config_class.__name__}: {err}") from None
     model = model_class(config)
     try:
         model.load_state_dict(ckpt["state_dict"])
     except RuntimeError as err:
-        raise ValueError(f"ckpt['state_dict'] does not fit {type(model).__name__}: {err}") from None
+        raise ValueError(f"the weights of {str(path)!r} do not fit {type(model).__name__}: {err}") from None
     return model.eval()
 
 

@@ -314,10 +314,10 @@ def test_library_functions_name_their_arguments_instead_of_failing_deep_inside()
         (lambda: gradient_importance(None, 2, 3), "per_example_loss must be a function"),
         (lambda: scaled_dot_product(torch.randn(2, 3, 0), torch.randn(2, 3, 0), torch.randn(2, 3, 4)), "d >= 1"),
         (lambda: digits.DigitAttentionModel()(torch.zeros(1, 3, dtype=torch.bool)), "tokens must be an integer"),
-        (lambda: training.model_from_checkpoint(None, config_class=digits.Config, model_class=digits.DigitAttentionModel),
-         "ckpt must be a dict"),
-        (lambda: digits.loss_fn(None, None), "logits must be a torch.Tensor"),
-        (lambda: digits.loss_fn(torch.randn(1, 2, 3), torch.zeros(1, 2)), "targets must be int64"),
+        (lambda: training.load_model(None, kind="digits", config_class=digits.Config,
+                                     model_class=digits.DigitAttentionModel), "path must be a file name"),
+        (lambda: digits._loss_fn(None, None), "logits must be a torch.Tensor"),
+        (lambda: digits._loss_fn(torch.randn(1, 2, 3), torch.zeros(1, 2)), "targets must be int64"),
         (lambda: digits.token_labels(None, 3), "tokens must be a 1-D tensor"),
     ]
     for call, message in cases:

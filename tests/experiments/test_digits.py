@@ -336,7 +336,7 @@ def test_save_load_and_main_never_overwrite_silently(tmp_path, capsys):
     with pytest.raises(ValueError, match="exists: pass overwrite=True"):
         save(result, path)
     save(result, path, overwrite=True)
-    with pytest.raises(ValueError, match="result must be the TrainResult of mha_lib.digits.train"):
+    with pytest.raises(ValueError, match="result must be a TrainResult of a DigitAttentionModel"):
         save(None, tmp_path / "x.pt")
     with pytest.raises(SystemExit):
         main([])  # --out is required: nothing is written into the package by default

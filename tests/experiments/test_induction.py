@@ -333,7 +333,7 @@ def test_save_and_main_never_overwrite_silently(tmp_path, capsys):
     assert torch.equal(ckpt["extra"]["train_loss"], result.history["train_loss"])
     with pytest.raises(ValueError, match="exists"):
         save(result, path)
-    with pytest.raises(ValueError, match="result must be the TrainResult of mha_lib.induction.train"):
+    with pytest.raises(ValueError, match="result must be a TrainResult of a AttentionOnlyTransformer"):
         save(TrainResult(torch.nn.Linear(1, 1), SHORT, {}), tmp_path / "b.pt")
     with pytest.raises(SystemExit):
         main(["--out", str(path)])

@@ -10,9 +10,11 @@ import torch
 from torch import nn
 
 from mha_lib.training import (
+    TrainResult,
     load_checkpoint,
-    model_from_checkpoint,
+    load_model,
     save_checkpoint,
+    save_result,
     train_loop,
     warmup_cosine,
 )
@@ -306,20 +308,39 @@ class _Model(nn.Module):
         self.linear = nn.Linear(config.width, 2)
 
 
-def test_model_from_checkpoint(tmp_path):
+def test_save_result_and_load_model(tmp_path):
     torch.manual_seed(0)
     model = _Model(_Config(4))
-    path = save_checkpoint(tmp_path / "m.pt", kind="toy", config={"width": 4}, state_dict=model.state_dict())
+    result = TrainResult(model, _Config(4), {"train_loss": torch.tensor([1.0])})
+    path = save_result(result, tmp_path / "m.pt", kind="toy", model_class=_Model)
     ckpt = load_checkpoint(path, kind="toy")
-    again = model_from_checkpoint(ckpt, config_class=_Config, model_class=_Model)
+    assert ckpt["config"] == {"width": 4} and torch.equal(ckpt["extra"]["train_loss"], torch.tensor([1.0]))
+    again = load_model(path, kind="toy", config_class=_Config, model_class=_Model)
     assert not again.training and torch.equal(again.linear.weight, model.linear.weight)
-    with pytest.raises(ValueError, match=r"ckpt\['config'\] does not fit _Config"):
-        model_from_checkpoint({**ckpt, "config": {"depth": 2}}, config_class=_Config, model_class=_Model)
-    with pytest.raises(ValueError, match=r"ckpt\['state_dict'\] does not fit _Model"):
-        model_from_checkpoint({**ckpt, "config": {"width": 5}}, config_class=_Config, model_class=_Model)
-    with pytest.raises(ValueError, match="ckpt must be a dict from load_checkpoint"):
-        model_from_checkpoint(None, config_class=_Config, model_class=_Model)
+    with pytest.raises(ValueError, match="exists: pass overwrite=True"):
+        save_result(result, path, kind="toy", model_class=_Model)
+    with pytest.raises(ValueError, match="result must be a TrainResult of a Linear"):
+        save_result(result, tmp_path / "x.pt", kind="toy", model_class=nn.Linear)
+    with pytest.raises(ValueError, match="result must be a TrainResult"):
+        save_result(TrainResult(model, {"width": 4}, {}), tmp_path / "x.pt", kind="toy", model_class=_Model)
+    with pytest.raises(ValueError, match="model_class must be a class"):
+        save_result(result, tmp_path / "x.pt", kind="toy", model_class=None)
+    with pytest.raises(ValueError, match="is a checkpoint of kind 'toy', not 'other'"):
+        load_model(path, kind="other", config_class=_Config, model_class=_Model)
+
+
+def test_load_model_says_what_does_not_fit(tmp_path):
+    torch.manual_seed(0)
+    weights = _Model(_Config(4)).state_dict()
+    path = save_checkpoint(tmp_path / "a.pt", kind="toy", config={"depth": 2}, state_dict=weights)
+    with pytest.raises(ValueError, match="the config of .* does not fit _Config"):
+        load_model(path, kind="toy", config_class=_Config, model_class=_Model)
+    path = save_checkpoint(tmp_path / "b.pt", kind="toy", config={"width": 5}, state_dict=weights)
+    with pytest.raises(ValueError, match="the weights of .* do not fit _Model"):
+        load_model(path, kind="toy", config_class=_Config, model_class=_Model)
     with pytest.raises(ValueError, match="config_class must be a dataclass"):
-        model_from_checkpoint(ckpt, config_class=dict, model_class=_Model)
+        load_model(path, kind="toy", config_class=dict, model_class=_Model)
     with pytest.raises(ValueError, match="model_class must be a function"):
-        model_from_checkpoint(ckpt, config_class=_Config, model_class=None)
+        load_model(path, kind="toy", config_class=_Config, model_class=None)
+    with pytest.raises(FileNotFoundError):
+        load_model(tmp_path / "missing.pt", kind="toy", config_class=_Config, model_class=_Model)
