@@ -317,6 +317,7 @@ class DigitAttentionModel(nn.Module):
 
 def held_out_set(size: int = 2000, *, vocab_size: int = _VOCAB_SIZE, max_len: int = _MAX_LEN) -> TaskBatch:
     """The held-out examples every accuracy in the book is measured on (their own seed)."""
+    check_positive_int(size, "size")
     check_positive_int(max_len, "max_len")
     generator = torch.Generator().manual_seed(_TEST_SEED)
     return make_batch(size, generator=generator, vocab_size=vocab_size, min_len=min(_MIN_LEN, max_len),

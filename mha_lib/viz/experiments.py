@@ -14,10 +14,10 @@ import plotly.graph_objects as go
 from torch import Tensor
 
 from mha_lib._checks import check_bool
-from mha_lib.viz.modern import OKABE_ITO
 
 __all__ = ["pruning_figure", "training_curves"]
 
+_OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
 _DASHES = ("solid", "dash", "dot", "dashdot")
 _MARGIN = dict(l=60, r=20, t=50, b=50)
 
@@ -47,7 +47,7 @@ def _curves(curves: object, x: list[float]) -> dict[str, list[float]]:
 def _add_lines(fig: go.Figure, x: list[float], curves: Mapping[str, list[float]], mode: str) -> None:
     for i, (name, ys) in enumerate(curves.items()):
         fig.add_scatter(x=x, y=ys, name=name, mode=mode,
-                        line=dict(color=OKABE_ITO[i % len(OKABE_ITO)], dash=_DASHES[i % len(_DASHES)]))
+                        line=dict(color=_OKABE_ITO[i % len(_OKABE_ITO)], dash=_DASHES[i % len(_DASHES)]))
 
 
 def training_curves(

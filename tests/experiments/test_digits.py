@@ -267,6 +267,8 @@ def test_held_out_set_is_fixed_and_follows_the_sizes():
     assert small.tokens.shape == (10, 3) and small.tokens.max() <= 5
     with pytest.raises(ValueError, match="max_len must be an integer >= 1"):
         held_out_set(max_len=0)
+    with pytest.raises(ValueError, match="size must be an integer >= 1"):
+        held_out_set(0)
 
 
 # --- the experiment ---------------------------------------------------------------------------
