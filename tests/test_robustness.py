@@ -301,8 +301,8 @@ def test_masked_softmax_property(B, Lq, Lk, dtype, kind, poke, seed):
 
 
 def test_library_functions_name_their_arguments_instead_of_failing_deep_inside():
-    from mha_lib import models, tasks, training
-    from mha_lib.importance import ablation_accuracies, attention_entropy, gradient_importance, ranks, spearman
+    from mha_lib import digits, training
+    from mha_lib.importance import ablation, attention_entropy, gradient_importance, ranks, spearman
     from mha_lib.variants import HaikuStyleMultiheadAttention, scaled_dot_product
 
     cases = [
@@ -310,19 +310,20 @@ def test_library_functions_name_their_arguments_instead_of_failing_deep_inside()
         (lambda: ranks([1.0, float("inf")]), "x must be finite"),
         (lambda: attention_entropy(torch.zeros(2, 2, 0, 3)), "no query rows"),
         (lambda: attention_entropy(torch.full((1, 1, 2, 2), 0.5), torch.tensor([0])), "no real query"),
-        (lambda: ablation_accuracies(None, None), "model must be a torch.nn.Module"),
-        (lambda: gradient_importance(models.DigitAttentionModel(), None), "batch must be a mha_lib.tasks.TaskBatch"),
+        (lambda: ablation(None, 3), "evaluate must be a function"),
+        (lambda: gradient_importance(None, 2, 3), "per_example_loss must be a function"),
         (lambda: scaled_dot_product(torch.randn(2, 3, 0), torch.randn(2, 3, 0), torch.randn(2, 3, 4)), "d >= 1"),
-        (lambda: models.DigitAttentionModel()(torch.zeros(1, 3, dtype=torch.bool)), "tokens must be an integer"),
-        (lambda: models.from_checkpoint(None), "ckpt must be a dict"),
-        (lambda: training.loss_fn(None, None), "logits must be a torch.Tensor"),
-        (lambda: training.loss_fn(torch.randn(1, 2, 3), torch.zeros(1, 2)), "targets must be int64"),
-        (lambda: tasks.token_labels(None, 3), "tokens must be a 1-D tensor"),
+        (lambda: digits.DigitAttentionModel()(torch.zeros(1, 3, dtype=torch.bool)), "tokens must be an integer"),
+        (lambda: training.load_model(None, kind="digits", config_class=digits.Config,
+                                     model_class=digits.DigitAttentionModel), "path must be a file name"),
+        (lambda: digits._loss_fn(None, None), "logits must be a torch.Tensor"),
+        (lambda: digits._loss_fn(torch.randn(1, 2, 3), torch.zeros(1, 2)), "targets must be int64"),
+        (lambda: digits.token_labels(None, 3), "tokens must be a 1-D tensor"),
     ]
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
             call()
-    model = models.DigitAttentionModel().eval()
+    model = digits.DigitAttentionModel().eval()
     tokens = torch.tensor([[1, 2, 3, 10]])
     torch.testing.assert_close(model(tokens.int(), torch.tensor([3])), model(tokens, torch.tensor([3])))
     assert model(tokens[:0], torch.zeros(0, dtype=torch.long)).shape == (0, 4, 10)

@@ -1,4 +1,4 @@
-"""Head importance: entropy, ablation, gradient importance, Spearman, pruning."""
+"""mha_lib.importance: entropy, gates, ablation, gradient importance, Spearman, pruning."""
 
 import math
 
@@ -8,31 +8,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mha_lib._modes import eval_mode
+from mha_lib.digits import Config, DigitAttentionModel, TaskBatch, _loss_fn, accuracy, example_losses, make_batch
 from mha_lib.importance import (
-    ablation_accuracies,
+    ablation,
     attention_entropy,
     gradient_importance,
     head_gates,
     prune_heads,
     prune_model,
-    pruning_curve,
     pruned_speedups,
+    pruning_curve,
     ranks,
     spearman,
 )
-from mha_lib.timing import Ratio
-from mha_lib.models import DigitAttentionModel, ModelConfig
 from mha_lib.multihead import MultiHeadAttention
-from mha_lib.tasks import TaskBatch, make_batch
-from mha_lib.training import accuracy, loss_fn
 
 
 @pytest.fixture(scope="module")
 def small():
     torch.manual_seed(0)
-    model = DigitAttentionModel(ModelConfig(num_hiddens=12, num_heads=3, mlp_hiddens=16)).eval()
+    model = DigitAttentionModel(Config(d_model=12, num_heads=3, mlp_hiddens=16)).eval()
     batch = make_batch(24, generator=torch.Generator().manual_seed(1))
     return model, batch
+
+
+def _importance(model, batch):
+    return gradient_importance(lambda g: example_losses(model, batch, g), len(batch), model.num_heads)
 
 
 # --- entropy -----------------------------------------------------------------------------
@@ -86,16 +87,61 @@ def test_entropy_valid_lens_needs_self_attention():
 def test_head_gates():
     assert torch.equal(head_gates(4, [1, 3]), torch.tensor([1.0, 0.0, 1.0, 0.0]))
     assert torch.equal(head_gates(2), torch.ones(2))
-    with pytest.raises(ValueError, match="heads"):
-        head_gates(2, [2])
+    assert torch.equal(head_gates(2, [0, 1]), torch.zeros(2))  # gates may remove every head
+    assert torch.equal(head_gates((2, 3), [(1, 0), (0, 2)]), torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]]))
+    assert torch.equal(head_gates((2, 2)), torch.ones(2, 2))
+
+
+@pytest.mark.parametrize("args, match", [
+    ((2, [2]), r"removed must be indices in \[0, 2\)"),
+    ((2, [0, 0]), "removed must not repeat"),
+    ((2, "0"), "removed must be an iterable of integer head indices"),
+    ((0,), "heads must be an integer >= 1"),
+    ((True,), "heads must be H"),
+    (("2",), "heads must be H"),
+    (((2, 0),), r"heads\[1\] \(H\) must be an integer >= 1"),
+    (((2, 2, 2),), "heads must be H"),
+    (((2, 2), [(2, 0)]), r"removed must hold \(layer, head\) pairs.*\(2, 0\)"),
+    (((2, 2), [1]), r"removed must hold \(layer, head\) pairs"),
+    (((2, 2), [(0, True)]), r"removed must hold \(layer, head\) pairs"),
+    (((2, 2), [(0, 1), (0, 1)]), "removed must not repeat"),
+    (((2, 2), torch.tensor([0])), r"removed must be an iterable of \(layer, head\) pairs"),
+])
+def test_head_gates_rejects_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        head_gates(*args)
 
 
 def test_ablation_matches_gating(small):
     model, batch = small
-    drops = ablation_accuracies(model, batch)
+    drops = ablation(lambda gates: accuracy(model, batch, gates), 3)
     assert drops.shape == (3,)
     for h in range(3):
         assert drops[h] == accuracy(model, batch, head_gates(3, [h]))
+
+
+def test_ablation_of_layers_of_heads():
+    seen = []
+
+    def evaluate(gates):
+        seen.append(gates.clone())
+        return torch.tensor(float(gates.argmin()))  # a one-element tensor is fine
+
+    result = ablation(evaluate, (2, 3))
+    assert result.shape == (2, 3) and result.flatten().tolist() == list(range(6))
+    assert [g.shape for g in seen] == [(2, 3)] * 6 and all(g.sum() == 5 for g in seen)
+
+
+@pytest.mark.parametrize("args, match", [
+    ((None, 3), "evaluate must be a function of the gates"),
+    ((lambda g: "high", 3), "evaluate must return a real number, got 'high'"),
+    ((lambda g: True, 3), "evaluate must return a real number"),
+    ((lambda g: g, 3), "evaluate must return a real number"),
+    ((lambda g: 1.0, 0), "heads must be an integer >= 1"),
+])
+def test_ablation_rejects_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        ablation(*args)
 
 
 def test_gradient_importance_is_the_mean_absolute_per_example_gradient(small):
@@ -104,10 +150,10 @@ def test_gradient_importance_is_the_mean_absolute_per_example_gradient(small):
     for b in range(4):  # one example at a time, with (H,) gates
         gates = torch.ones(3, requires_grad=True)
         logits = model(batch.tokens[b : b + 1], batch.valid_lens[b : b + 1], head_mask=gates)
-        (grad,) = torch.autograd.grad(loss_fn(logits, batch.targets[b : b + 1]), gates)
+        (grad,) = torch.autograd.grad(_loss_fn(logits, batch.targets[b : b + 1]), gates)
         expected += grad.abs() / 4
     first4 = TaskBatch(batch.tokens[:4], batch.valid_lens[:4], batch.targets[:4])
-    got = gradient_importance(model, first4)
+    got = _importance(model, first4)
     torch.testing.assert_close(got, expected)
     assert (got > 0).all()
 
@@ -119,8 +165,38 @@ def test_gradient_importance_is_zero_for_a_head_that_cannot_matter(small):
         dead.load_state_dict(model.state_dict())
         d = dead.attention.head_size
         dead.attention.W_o.weight[:, d : 2 * d] = 0  # head 1 never reaches the output
-    imp = gradient_importance(dead, batch)
+    imp = _importance(dead, batch)
     assert imp[1] == 0 and (imp[[0, 2]] > 0).all()
+
+
+def test_gradient_importance_of_layers_of_heads():
+    # loss_b = sum_{n,h} c[b, n, h] * gate[b, n, h]: the gradient is c, its mean |.| over b
+    c = torch.tensor([[[1.0, -2.0]], [[3.0, 2.0]]])  # (B, N, H) = (2, 1, 2)
+    got = gradient_importance(lambda gates: (gates * c).sum(dim=(1, 2)), 2, (1, 2))
+    torch.testing.assert_close(got, torch.tensor([[2.0, 2.0]]))
+
+
+@pytest.mark.parametrize("args, match", [
+    ((None, 2, 3), "per_example_loss must be a function of the gates"),
+    ((lambda g: g.sum(), 2, 3), r"per_example_loss must return \(B,\) = \(2,\) losses.*shape \(\)"),
+    ((lambda g: torch.ones(2), 2, 3), r"per_example_loss must return \(B,\) = \(2,\) losses"),
+    ((lambda g: [1.0, 2.0], 2, 3), r"per_example_loss must return.*got list"),
+    ((lambda g: g.sum(1) * 0 + torch.ones(2, requires_grad=True), 2, 3), None),  # uses the gates: fine
+    ((lambda g: g.sum(1), 0, 3), "batch_size must be an integer >= 1"),
+    ((lambda g: g.sum(1), 2, "3"), "heads must be H"),
+])
+def test_gradient_importance_rejects_bad_input(args, match):
+    if match is None:
+        assert gradient_importance(*args).shape == (3,)
+        return
+    with pytest.raises(ValueError, match=match):
+        gradient_importance(*args)
+
+
+def test_gradient_importance_needs_the_gates_to_be_used():
+    extra = torch.ones(2, requires_grad=True)
+    with pytest.raises(ValueError, match="no gradient reached them"):
+        gradient_importance(lambda g: extra * 2, 2, 3)
 
 
 # --- ranks and Spearman ---------------------------------------------------------------------
@@ -258,14 +334,32 @@ def test_prune_model_and_pruning_curve(small):
         smaller(batch.tokens, batch.valid_lens),
         model(batch.tokens, batch.valid_lens, head_mask=head_gates(3, [2])),
     )
-    curve = pruning_curve(model, batch, [2, 0, 1])
+    curve = pruning_curve(model, [2, 0, 1], lambda m: accuracy(m, batch))
     assert curve == [
         accuracy(model, batch),
         accuracy(model, batch, head_gates(3, [2])),
         accuracy(model, batch, head_gates(3, [2, 0])),
     ]
-    with pytest.raises(ValueError, match="every one of the 3 heads"):
-        pruning_curve(model, batch, [2, 0])
+
+
+@pytest.mark.parametrize("args, match", [
+    ((None, [0, 1, 2], len), "model must be a torch.nn.Module whose attention layer is a MultiHeadAttention"),
+    ((torch.nn.Linear(2, 2), [0], len), "model must be a torch.nn.Module whose attention layer"),
+    (("model", [2, 0], len), "order must list every one of the 3 heads once"),
+    (("model", [2, 0, 0], len), "order must not repeat"),
+    (("model", [2, 0, 3], len), r"order must be indices in \[0, 3\)"),
+    (("model", [2, 0, 1], None), "evaluate must be a function of the model"),
+])
+def test_pruning_curve_rejects_bad_input(small, args, match):
+    model, _ = small
+    args = tuple(model if a == "model" else a for a in args)
+    with pytest.raises(ValueError, match=match):
+        pruning_curve(*args)
+
+
+def test_prune_model_rejects_other_models():
+    with pytest.raises(ValueError, match="model must be a torch.nn.Module whose attention layer"):
+        prune_model(torch.nn.Linear(2, 2), [0])
 
 
 def test_pruned_speedups_times_every_model_in_eval_mode_and_restores_modes(small, monkeypatch):
@@ -280,9 +374,9 @@ def test_pruned_speedups_times_every_model_in_eval_mode_and_restores_modes(small
         return {"model 0": [2.0, 4.0, 6.0], "model 1": [1.0, 1.0, 2.0], "model 2": [2.0, 4.0, 6.0]}
 
     monkeypatch.setattr("mha_lib.importance.time_paired", fake_time_paired)
-    ratios = pruned_speedups(model, [other, model], batch, repeats=3)
+    ratios = pruned_speedups(model, [other, model], (batch.tokens, batch.valid_lens), repeats=3)
     assert calls == [(["model 0", "model 1", "model 2"], 3, False, False)]  # one call, all in eval
-    assert ratios == [Ratio(median=3.0, min=2.0, max=4.0), Ratio(median=1.0, min=1.0, max=1.0)]
+    assert [(r.median, r.min, r.max) for r in ratios] == [(3.0, 2.0, 4.0), (1.0, 1.0, 1.0)]
     assert other.training and not model.training  # modes restored
 
 
@@ -295,8 +389,27 @@ def test_pruned_speedups_restores_modes_when_timing_fails(small, monkeypatch):
 
     monkeypatch.setattr("mha_lib.importance.time_paired", broken)
     with pytest.raises(RuntimeError, match="interrupted"):
-        pruned_speedups(model, [other], batch)
+        pruned_speedups(model, [other], (batch.tokens, batch.valid_lens))
     assert other.training
+
+
+@pytest.mark.parametrize("args, match", [
+    (("model", "model", "inputs"), "others must be a sequence of models"),
+    (("model", ["model", 3], "inputs"), r"others\[1\] must be a torch.nn.Module, got int"),
+    ((None, ["model"], "inputs"), "reference must be a torch.nn.Module"),
+    (("model", ["model"], "tokens"), "inputs must be a tuple of the models' positional arguments"),
+])
+def test_pruned_speedups_rejects_bad_input(small, args, match):
+    model, batch = small
+    sub = {"model": model, "inputs": (batch.tokens, batch.valid_lens), "tokens": batch.tokens}
+
+    def resolve(a):
+        if isinstance(a, list):
+            return [resolve(x) for x in a]
+        return sub.get(a, a) if isinstance(a, str) else a
+
+    with pytest.raises(ValueError, match=match):
+        pruned_speedups(*[resolve(a) for a in args])
 
 
 def test_gradient_importance_runs_in_eval_mode_and_restores_the_mode(small):
@@ -304,7 +417,7 @@ def test_gradient_importance_runs_in_eval_mode_and_restores_the_mode(small):
     trained = DigitAttentionModel(model.config)
     trained.load_state_dict(model.state_dict())
     trained.train()
-    torch.testing.assert_close(gradient_importance(trained, batch), gradient_importance(model, batch))
+    torch.testing.assert_close(_importance(trained, batch), _importance(model, batch))
     assert trained.training
 
 
@@ -332,3 +445,12 @@ def test_eval_mode_rejects_non_modules():
     with pytest.raises(ValueError, match="module must be a torch.nn.Module, got int"):
         with eval_mode(3):
             pass
+
+
+def test_meta_tensors_get_a_clear_error():
+    with pytest.raises(ValueError, match="weights must hold values.*meta"):
+        attention_entropy(torch.zeros(1, 1, 2, 2, device="meta"))
+    with pytest.raises(ValueError, match="x must hold values.*meta"):
+        ranks(torch.zeros(3, device="meta"))
+    with pytest.raises(ValueError, match="mha must hold weights.*meta"):
+        prune_heads(MultiHeadAttention(4, 4, 4, 4, 2, 0.0).to("meta"), [0])

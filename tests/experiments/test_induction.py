@@ -1,32 +1,33 @@
-"""Induction heads: the task, the scores, the shipped model, ablation, reproducible training."""
+"""Chapter 8's experiment (mha_lib.induction): the task, the scores, the shipped model, ablation, training."""
 
 import io
+from dataclasses import asdict, replace
 
 import pytest
 import torch
 
+from mha_lib.importance import head_gates
 from mha_lib.induction import (
+    KIND,
+    PRETRAINED_PATH,
     AttentionOnlyTransformer,
-    InductionConfig,
-    TrainConfig,
+    Config,
     attention_scores,
     half_losses,
-    head_gates,
     head_scores,
     held_out_tokens,
     induction_targets,
-    load_checkpoint,
     load_pretrained,
     main,
     make_repeated_batch,
-    pretrained_path,
     save,
     train,
 )
+from mha_lib.training import TrainResult, load_checkpoint
 
 THRESHOLD = 0.8
-SHORT = TrainConfig(steps=6, batch_size=4, eval_every=3, min_half_len=3, max_half_len=5,
-                    model=InductionConfig(vocab_size=10, max_len=10, num_hiddens=8, num_heads=2))
+SHORT = Config(steps=6, batch_size=4, eval_every=3, min_half_len=3, max_half_len=5,
+               vocab_size=10, max_len=10, d_model=8, num_heads=2)
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +144,7 @@ def _best_heads(scores):
 
 
 def test_shipped_model_has_a_previous_token_and_an_induction_head(model, tokens):
-    assert pretrained_path().stat().st_size < 200_000
+    assert PRETRAINED_PATH.stat().st_size < 200_000
     scores = head_scores(model, tokens)
     prev_head, ind_head = _best_heads(scores)
     assert scores.previous_token[0, prev_head] >= THRESHOLD
@@ -155,19 +156,20 @@ def test_ablating_the_induction_head_undoes_the_copying(model, tokens):
     scores = head_scores(model, tokens)
     prev_head, ind_head = _best_heads(scores)
     cfg = model.config
+    gates = lambda removed: head_gates((cfg.num_layers, cfg.num_heads), removed)  # noqa: E731
     full = half_losses(model, tokens)
     assert full.repeated < 0.2 * full.random  # the model copies
-    without = half_losses(model, tokens, head_gates(cfg, [(1, ind_head)]))
+    without = half_losses(model, tokens, gates([(1, ind_head)]))
     assert without.repeated > 0.7 * full.random  # back near the random half
     others = [(1, h) for h in range(cfg.num_heads) if h != ind_head]
     for other in others:
-        assert half_losses(model, tokens, head_gates(cfg, [other])).repeated < 0.3 * full.random
-    without_prev = half_losses(model, tokens, head_gates(cfg, [(0, prev_head)]))
+        assert half_losses(model, tokens, gates([other])).repeated < 0.3 * full.random
+    without_prev = half_losses(model, tokens, gates([(0, prev_head)]))
     assert without_prev.repeated > 0.7 * full.random  # the circuit needs both heads
 
 
 def test_shipped_history_has_the_phase_change():
-    history = load_checkpoint()["history"]
+    history = load_checkpoint(PRETRAINED_PATH, kind=KIND)["extra"]
     steps, repeated = history["eval_steps"], history["eval_repeated"]
     assert steps.shape == repeated.shape == history["eval_random"].shape
     assert repeated[0] > 3 and repeated[-1] < 0.3
@@ -179,7 +181,7 @@ def test_shipped_history_has_the_phase_change():
 
 def test_model_shapes_and_weights():
     torch.manual_seed(0)
-    m = AttentionOnlyTransformer(SHORT.model).eval()
+    m = AttentionOnlyTransformer(SHORT).eval()
     x = make_repeated_batch(3, 4, 10, torch.Generator().manual_seed(0))
     logits, weights = m(x, need_weights=True)
     assert logits.shape == (3, 8, 10) and weights.shape == (3, 2, 2, 8, 8)
@@ -190,11 +192,11 @@ def test_model_shapes_and_weights():
 
 def test_head_mask_removes_a_head():
     torch.manual_seed(0)
-    m = AttentionOnlyTransformer(SHORT.model).eval()
+    m = AttentionOnlyTransformer(SHORT).eval()
     x = make_repeated_batch(2, 4, 10, torch.Generator().manual_seed(0))
-    ones = head_gates(m.config)
+    ones = head_gates((2, 2))
     torch.testing.assert_close(m(x, head_mask=ones), m(x))
-    assert not torch.allclose(m(x, head_mask=head_gates(m.config, [(1, 0)])), m(x))
+    assert not torch.allclose(m(x, head_mask=head_gates((2, 2), [(1, 0)])), m(x))
 
 
 @pytest.mark.parametrize("tokens, match", [
@@ -204,40 +206,74 @@ def test_head_mask_removes_a_head():
     (torch.zeros(1, 11, dtype=torch.long), "max_len"),
 ])
 def test_model_rejects_bad_tokens(tokens, match):
-    m = AttentionOnlyTransformer(SHORT.model)
+    m = AttentionOnlyTransformer(SHORT)
     with pytest.raises(ValueError, match=match):
         m(tokens)
 
 
 def test_start_shifts_the_positions_and_plain_positions_work():
     torch.manual_seed(0)
-    m = AttentionOnlyTransformer(SHORT.model).eval()
+    m = AttentionOnlyTransformer(SHORT).eval()
     x = make_repeated_batch(2, 3, 10, torch.Generator().manual_seed(0))  # (2, 6)
     shifted = m(x, start=4)
     assert not torch.allclose(shifted, m(x))
     with torch.no_grad():  # start = 4 is the same as position embeddings moved by 4
         m.position_embedding.weight[:6] = m.position_embedding.weight[4:10].clone()
     torch.testing.assert_close(m(x), shifted)
-    plain = AttentionOnlyTransformer(InductionConfig(**{**SHORT.model.__dict__, "position_infused": False}))
+    plain = AttentionOnlyTransformer(replace(SHORT, position_infused=False))
     assert plain(x).shape == (2, 6, 10)
 
 
-def test_model_and_gates_reject_bad_arguments():
-    m = AttentionOnlyTransformer(SHORT.model)
+def test_model_rejects_bad_arguments():
+    m = AttentionOnlyTransformer(SHORT)
     x = torch.zeros(1, 4, dtype=torch.long)
     for start in (-1, 7, 1.0, True):
         with pytest.raises(ValueError, match="start"):
             m(x, start=start)
-    with pytest.raises(ValueError, match="position_infused"):
-        AttentionOnlyTransformer(InductionConfig(position_infused=1))
-    with pytest.raises(ValueError, match=r"head_mask must have shape \(N, H\)"):
+    with pytest.raises(ValueError, match="config.position_infused must be True or False"):
+        Config(position_infused=1)
+    with pytest.raises(ValueError, match=r"head_mask must be a tensor of shape \(N, H\)"):
         m(x, head_mask=torch.ones(2))
-    with pytest.raises(ValueError, match="config.num_heads"):
-        AttentionOnlyTransformer(InductionConfig(num_heads=0))
-    with pytest.raises(ValueError, match="removed"):
-        head_gates(m.config, [(2, 0)])
+    with pytest.raises(ValueError, match=r"head_mask must be a tensor of shape \(N, H\).*list"):
+        m(x, head_mask=[[1.0, 1.0], [1.0, 1.0]])
+    with pytest.raises(ValueError, match="need_weights must be True or False"):
+        m(x, need_weights=1)
+    with pytest.raises(ValueError, match="config must be a mha_lib.induction.Config"):
+        AttentionOnlyTransformer({"vocab_size": 3})
+    with pytest.raises(ValueError, match="not on meta"):
+        m(x.to("meta"))
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(num_heads=0), "config.num_heads must be an integer >= 1"),
+    (dict(d_model=10, num_heads=4), r"config.d_model \(10\) must be divisible"),
+    (dict(steps=0), "config.steps"),
+    (dict(min_half_len=6, max_half_len=5), "min_half_len <= max_half_len"),
+    (dict(min_half_len=1), "2 <= min_half_len"),
+    (dict(lr=0.0), "config.lr"),
+    (dict(weight_decay=float("inf")), "config.weight_decay"),
+    (dict(seed=-1), "config.seed"),
+    (dict(eval_every=0), "config.eval_every"),
+])
+def test_config_rejects_bad_fields(fields, match):
+    with pytest.raises(ValueError, match=match):
+        Config(**fields)
+
+
+def test_measures_reject_bad_arguments():
+    m = AttentionOnlyTransformer(SHORT)
+    x = make_repeated_batch(2, 3, 10, torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="even length"):
         half_losses(m, torch.zeros(1, 5, dtype=torch.long))
+    for fn in (half_losses, head_scores):
+        with pytest.raises(ValueError, match="model must be an AttentionOnlyTransformer, got Linear"):
+            fn(torch.nn.Linear(2, 2), x)
+    with pytest.raises(ValueError, match="tokens must be a non-empty integer tensor"):
+        induction_targets(torch.zeros(0, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="weights must hold values.*meta"):
+        attention_scores(torch.zeros(2, 1, 1, 6, 6, device="meta"), x)
+    with pytest.raises(ValueError, match="batch_size"):
+        held_out_tokens(0)
 
 
 # --- training ----------------------------------------------------------------------------------
@@ -248,39 +284,75 @@ def test_training_is_reproducible():
     log = io.StringIO()
     a = train(SHORT, progress=log)
     b = train(SHORT, progress=False)
+    assert isinstance(a, TrainResult) and a.config == SHORT and not a.model.training
     for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values()):
         assert torch.equal(p, q), name
     assert torch.equal(a.history["train_loss"], b.history["train_loss"])
     assert a.history["eval_steps"].tolist() == [0, 3, 6]
-    assert "step     6/6" in log.getvalue()
+    assert a.history["eval_random"].shape == a.history["eval_repeated"].shape == (3,)
+    text = log.getvalue()
+    assert "step     6/6" in text and "repeated" in text
     assert torch.get_num_threads() == threads
     assert torch.equal(torch.random.get_rng_state(), state)  # the global generator is untouched
-    c = train(TrainConfig(**{**SHORT.__dict__, "seed": 1}), progress=False)
+    c = train(replace(SHORT, seed=1), progress=False)
     assert not torch.equal(c.model.unembedding.weight, a.model.unembedding.weight)
 
 
+def test_retraining_from_the_seed_follows_the_shipped_run():
+    """The shipped weights come from ``train(Config())``: with a constant learning rate, the
+    first 100 steps of that run are the first 100 steps of any longer run, bit for bit."""
+    shipped = load_checkpoint(PRETRAINED_PATH, kind=KIND)
+    assert shipped["config"] == asdict(Config())  # the defaults are the shipped run's
+    start = train(Config(steps=100), progress=False).history
+    record = shipped["extra"]
+    assert torch.equal(start["train_loss"], record["train_loss"][:100])
+    assert torch.equal(start["eval_steps"], record["eval_steps"][:5])  # 0, 25, 50, 75, 100
+    assert torch.equal(start["eval_repeated"], record["eval_repeated"][:5])
+    assert torch.equal(start["eval_random"], record["eval_random"][:5])
+
+
 @pytest.mark.parametrize("change, match", [
-    ({"steps": 0}, "config.steps"),
-    ({"min_half_len": 6}, "min_half_len <= max_half_len"),
-    ({"max_half_len": 6}, "max_half_len"),
-    ({"lr": 0.0}, "config.lr"),
-    ({"seed": -1}, "config.seed"),
+    ({"max_half_len": 6}, "max_half_len = 6 needs max_len >= 12"),
+    ({"max_half_len": 11, "max_len": 30}, "vocab_size >= 11"),
 ])
-def test_train_rejects_bad_config(change, match):
+def test_train_rejects_a_config_it_cannot_train(change, match):
     with pytest.raises(ValueError, match=match):
-        train(TrainConfig(**{**SHORT.__dict__, **change}), progress=False)
+        train(replace(SHORT, **change), progress=False)
+    with pytest.raises(ValueError, match="config must be a mha_lib.induction.Config"):
+        train(None, progress=False)
 
 
-def test_save_and_main_never_overwrite_silently(tmp_path, monkeypatch, capsys):
+def test_save_and_main_never_overwrite_silently(tmp_path, capsys):
     result = train(SHORT, progress=False)
     path = save(result, tmp_path / "a.pt")
     reloaded = load_pretrained(path)
+    assert reloaded.config == SHORT
     for p, q in zip(reloaded.state_dict().values(), result.model.state_dict().values()):
         assert torch.equal(p, q)
+    ckpt = load_checkpoint(path, kind=KIND)
+    assert torch.equal(ckpt["extra"]["train_loss"], result.history["train_loss"])
     with pytest.raises(ValueError, match="exists"):
         save(result, path)
+    with pytest.raises(ValueError, match="result must be a TrainResult of a AttentionOnlyTransformer"):
+        save(TrainResult(torch.nn.Linear(1, 1), SHORT, {}), tmp_path / "b.pt")
     with pytest.raises(SystemExit):
         main(["--out", str(path)])
     assert "--overwrite" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([])  # --out is required: nothing is written into the package by default
+
+
+def test_main_trains_and_reports_the_scores(tmp_path, capsys):
+    assert main(["--out", str(tmp_path / "m.pt"), "--steps", "3", "--seed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "induction scores" in out and str(tmp_path / "m.pt") in out
+    assert load_pretrained(tmp_path / "m.pt").config == replace(Config(), steps=3, seed=2)
+
+
+def test_load_pretrained_rejects_other_files(tmp_path):
+    from mha_lib.digits import PRETRAINED_PATH as DIGITS
+
+    with pytest.raises(ValueError, match="is a checkpoint of kind 'digits', not 'induction'"):
+        load_pretrained(DIGITS)
+    with pytest.raises(FileNotFoundError):
+        load_pretrained(tmp_path / "missing.pt")
