@@ -11,7 +11,8 @@ not run. This module turns a checker's verdict into points:
 
 A wrong answer whose outputs match none of the classic mistakes keeps only the first point:
 nothing says which family it belongs to. The checker itself is run unchanged; this module reads
-its printed diagnosis through the public catalogue :data:`mha_lib.exercises.MISTAKES`.
+its printed diagnosis through the catalogue :data:`mha_lib.exercises.MISTAKES` and the family
+of each mistake setting, :data:`mha_lib.exercises.catalogue.FAMILIES`.
 
 In the nbgrader assignments (:mod:`mha_lib.book.assignments`) every checked exercise has two
 graded cells: the book's checker cell (its points when every case passes) and a hidden cell
@@ -20,7 +21,7 @@ is its score.
 
 Example::
 
-    >>> from mha_lib.grading import partial_credit
+    >>> from mha_lib.exercises.grading import partial_credit
     >>> partial_credit("check_masked_softmax", my_masked_softmax)  # doctest: +SKIP
     Partial credit from check_masked_softmax:
       1/1  runs on every case and returns the right shapes
@@ -36,32 +37,13 @@ import warnings
 from dataclasses import dataclass, field
 
 from mha_lib import exercises
+from mha_lib.exercises.catalogue import FAMILIES, MISTAKES
 
-__all__ = ["CHECKER_FAMILIES", "FAMILIES", "Report", "max_points", "partial_credit", "run_checker"]
+__all__ = ["CHECKER_FAMILIES", "max_points", "partial_credit"]
 
-#: The family of each mistake setting of :data:`mha_lib.exercises.MISTAKES` (its key's first part).
-FAMILIES: dict[str, str] = {
-    "mask": "masking",
-    "axis": "masking",
-    "empty": "masking",
-    "scale": "scores",
-    "scores": "scores",
-    "lens": "heads",
-    "fold": "heads",
-    "split": "heads",
-    "merge": "heads",
-    "W_o": "output projection",
-    "params": "counting",
-    "bias": "counting",
-    "entropy": "entropy",
-    "stiefel": "counting",
-    "crossover": "formula",
-    "memory": "formula",
-    "prune": "pruning",
-}
-
-#: The mistake families each checker can name, in the order the table prints them. A checker
-#: missing here gets no partial-credit cell: its test cell gives all or nothing.
+#: The mistake families each checker can name, in the order the table prints them: register a
+#: new checker here. A checker missing here gets no partial-credit cell: its test cell gives all
+#: or nothing.
 CHECKER_FAMILIES: dict[str, tuple[str, ...]] = {
     "check_masked_softmax": ("masking",),
     "check_dot_product_attention": ("masking", "scores"),
@@ -76,7 +58,7 @@ CHECKER_FAMILIES: dict[str, tuple[str, ...]] = {
     "check_prune_heads": ("pruning",),
 }
 
-RUNS = "runs on every case and returns the right shapes"
+_RUNS = "runs on every case and returns the right shapes"
 
 # Phrases of a checker's report that mean the code did not run or returned the wrong kind of
 # result (as opposed to wrong numbers): no point for "runs".
@@ -94,7 +76,7 @@ _UNEXPLAINED_MARKERS = ("match none of the classic mistakes", "may hide one more
 
 
 @dataclass
-class Report:
+class _Report:
     """What one checker said about one answer, and the points it is worth.
 
     Attributes:
@@ -120,33 +102,40 @@ class Report:
 
     def table(self) -> str:
         """The points, one line each, naming the mistake behind every lost point."""
-        lines = [f"Partial credit from {self.checker}:", f"  {int(self.runs)}/1  {RUNS}"]
+        lines = [f"Partial credit from {self.checker}:", f"  {int(self.runs)}/1  {_RUNS}"]
         for family in CHECKER_FAMILIES[self.checker]:
             reason = self.failed_families.get(family)
             lines.append(f"  {int(reason is None)}/1  {family}" + (f": {reason}" if reason else ""))
         return "\n".join(lines)
 
 
+def _check_checker(checker: object) -> str:
+    """``checker`` if it names a checker with partial credit, else a ValueError."""
+    if not isinstance(checker, str) or checker not in CHECKER_FAMILIES \
+            or not hasattr(exercises, checker):
+        known = sorted(c for c in CHECKER_FAMILIES if hasattr(exercises, c))
+        raise ValueError(f"checker: expected one of {known}, got {checker!r}")
+    return checker
+
+
 def max_points(checker: str) -> int:
     """Points of the partial-credit cell of an exercise checked by ``checker``."""
-    return 1 + len(CHECKER_FAMILIES[checker])
+    return 1 + len(CHECKER_FAMILIES[_check_checker(checker)])
 
 
 def _families_of(title: str, checker: str) -> set[str]:
     """The families (among the checker's) of the catalogue entries with this title."""
-    settings = {key[0] for key, mistake in exercises.MISTAKES.items() if mistake.title == title}
+    settings = {key[0] for key, mistake in MISTAKES.items() if mistake.title == title}
     return {FAMILIES.get(s) for s in settings} & set(CHECKER_FAMILIES[checker])
 
 
-def run_checker(checker: str, answer) -> Report:
+def _run_checker(checker: str, answer) -> _Report:
     """Run the book's ``checker`` (a name in :mod:`mha_lib.exercises`) on ``answer``, quietly.
 
     Warnings and anything written to stderr are kept in the report's message, so that nbgrader
     (which gives 0 points to a cell that writes to stderr) sees only stdout.
     """
-    if checker not in CHECKER_FAMILIES or not hasattr(exercises, checker):
-        known = sorted(c for c in CHECKER_FAMILIES if hasattr(exercises, c))
-        raise ValueError(f"checker: expected one of {known}, got {checker!r}")
+    _check_checker(checker)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
             warnings.catch_warnings(record=True) as caught:
@@ -154,9 +143,9 @@ def run_checker(checker: str, answer) -> Report:
         passed = bool(getattr(exercises, checker)(answer))
     message = out.getvalue() + err.getvalue() + "".join(f"warning: {w.message}\n" for w in caught)
     if passed:
-        return Report(checker, True, message, runs=True)
+        return _Report(checker, True, message, runs=True)
     runs = not any(marker in message for marker in _CRASH_MARKERS)
-    named = [m.title for m in exercises.MISTAKES.values() if m.title in message]
+    named = [m.title for m in MISTAKES.values() if m.title in message]
     named = list(dict.fromkeys(named))  # one title may stand for several settings
     failed: dict[str, str] = {}
     explained = bool(named) and not any(marker in message for marker in _UNEXPLAINED_MARKERS)
@@ -171,7 +160,7 @@ def run_checker(checker: str, answer) -> Report:
                   "wrong output that matches no classic mistake (see the checker's report above)")
         for family in CHECKER_FAMILIES[checker]:
             failed.setdefault(family, reason)
-    return Report(checker, False, message, runs, named, failed)
+    return _Report(checker, False, message, runs, named, failed)
 
 
 def partial_credit(checker: str, answer) -> float:
@@ -180,6 +169,6 @@ def partial_credit(checker: str, answer) -> float:
     The value (out of :func:`max_points`) is what nbgrader reads as the partial credit of the
     cell whose last expression this call is.
     """
-    report = run_checker(checker, answer)
+    report = _run_checker(checker, answer)
     print(report.table())
     return report.score

@@ -5,13 +5,12 @@ from __future__ import annotations
 import nbformat
 
 from mha_lib.book import student
-from test_assignments import demo_chapter
 
 
-def test_student_edition_is_the_nbgrader_release(tmp_path, capsys):
+def test_student_edition_is_the_nbgrader_release(tmp_path, capsys, demo_chapter):
     chapters = tmp_path / "chapters"
     chapters.mkdir()
-    nbformat.write(demo_chapter(), chapters / "01_demo.ipynb")
+    nbformat.write(demo_chapter, chapters / "01_demo.ipynb")
     assert student.main([str(chapters), str(tmp_path / "student")]) == 0
     assert "1 notebooks written" in capsys.readouterr().out
     nb = nbformat.read(tmp_path / "student" / "01_demo.ipynb", as_version=4)

@@ -37,3 +37,20 @@ def test_bad_input():
         position_scores_figure([1.0, 2.0])
     with pytest.raises(ValueError, match="lines must"):
         depth_lines_figure({}, "norm")
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda: position_table_figure(torch.zeros(0, 3)), "table must be a 2-D table, not empty"),
+    (lambda: position_table_figure(torch.full((2, 2), float("nan"))), "table must be finite"),
+    (lambda: position_table_figure(torch.zeros(2, 2, device="meta")), "table must hold numbers"),
+    (lambda: position_table_figure(torch.zeros(2, 2), title=3), "title must be a string"),
+    (lambda: position_scores_figure([["a", "b"]]), "scores must be a tensor or array of numbers"),
+    (lambda: depth_lines_figure([1, 2], "norm"), "lines must map at least one name"),
+    (lambda: depth_lines_figure({"a": [1, None]}, "norm"), r"lines\['a'\] must be finite"),
+    (lambda: depth_lines_figure({"a": [1, 0]}, "norm", log_y=True), r"> 0: log_y"),
+    (lambda: depth_lines_figure({"a": [1, 2]}, 5), "y_title must be a string"),
+    (lambda: depth_lines_figure({"a": [1, 2]}, "norm", log_y="yes"), "log_y must be True or False"),
+])
+def test_bad_input_names_the_argument(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import nbformat
-import pytest
 
 from mha_lib.book import notebooks
 
-ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
-
-
-@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
-def test_chapter_carries_the_python3_kernelspec(path):
-    metadata = nbformat.read(path, as_version=4).metadata
+def test_chapter_carries_the_python3_kernelspec(chapter_path):
+    metadata = nbformat.read(chapter_path, as_version=4).metadata
     assert metadata.get("kernelspec") == notebooks.KERNELSPEC, (
-        f"{path.name}: run 'python -m mha_lib.book.notebooks --metadata-only {path}'"
+        f"{chapter_path.name}: run 'python -m mha_lib.book.notebooks --metadata-only {chapter_path}'"
     )
     info = metadata.get("language_info", {})
     assert {k: v for k, v in info.items() if k != "version"} == {

@@ -10,10 +10,8 @@ import torch
 
 import mha_lib
 from mha_lib.viz import explore, static_explorer
-from mha_lib.viz.explorer import MASKED_Z, Canvas, canvas_z
+from mha_lib.viz.explorer import _MASKED_Z, _Canvas, _canvas_z
 from mha_lib.viz.scene import make_source
-from test_viz import _independent_weights  # the default explorer's weights, from MHA directly
-
 
 
 def _assert_shows(explorer, weights, valid_lens, atol=1e-6):
@@ -34,16 +32,16 @@ def _json_safe(figure) -> None:
     json.dumps(figure.to_plotly_json(), allow_nan=False)
 
 
-def test_explore_default_shows_mha_weights():
+def test_explore_default_shows_mha_weights(independent_weights):
     e = explore()
-    assert e.heads.options == (1, 2, 4, 8)  # only divisors of num_hiddens = 8
+    assert e.heads.options == (1, 2, 4, 8)  # only divisors of d_model = 8
     assert len(e.valid_lens) == 2 and [s.max for s in e.valid_lens] == [6, 6]
     lens = e.current_valid_lens()
-    _assert_shows(e, _independent_weights(e.heads.value, lens), lens)
+    _assert_shows(e, independent_weights(e.heads.value, lens), lens)
     _json_safe(e.figure)
 
 
-def test_sliders_update_one_trace_per_example_in_place():
+def test_sliders_update_one_trace_per_example_in_place(independent_weights):
     e = explore()
     fig = e.figure
     layout_before = fig.layout.height, fig.layout.yaxis.domain
@@ -52,18 +50,18 @@ def test_sliders_update_one_trace_per_example_in_place():
         for slider, v in zip(e.valid_lens, lens):
             slider.value = v
         assert e.figure is fig and [t.type for t in fig.data] == ["heatmap"] * 2 + ["scatter"] * 2
-        assert np.shape(fig.data[0].z) == Canvas(H, 6, 6).shape
-        _assert_shows(e, _independent_weights(H, lens), lens)
+        assert np.shape(fig.data[0].z) == _Canvas(H, 6, 6).shape
+        _assert_shows(e, independent_weights(H, lens), lens)
         _json_safe(fig)
         assert (fig.layout.height, fig.layout.yaxis.domain) == layout_before  # size fixed
     e.seed.value = 3
-    _assert_shows(e, _independent_weights(2, [6, 4], seed=3), [6, 4])
+    _assert_shows(e, independent_weights(2, [6, 4], seed=3), [6, 4])
 
 
 def test_canvas_puts_heads_side_by_side_with_gaps():
-    canvas = Canvas(num_heads=2, num_queries=1, num_keys=3)
-    z = canvas_z(np.array([[[0.5, 0.5, 0.0]], [[0.25, 0.75, 0.0]]]), 2, canvas)
-    assert z == [[0.5, 0.5, MASKED_Z, None, 0.25, 0.75, MASKED_Z]]
+    canvas = _Canvas(num_heads=2, num_queries=1, num_keys=3)
+    z = _canvas_z(np.array([[[0.5, 0.5, 0.0]], [[0.25, 0.75, 0.0]]]), 2, canvas)
+    assert z == [[0.5, 0.5, _MASKED_Z, None, 0.25, 0.75, _MASKED_Z]]
 
 
 def test_explore_given_model_fixes_heads():
@@ -83,8 +81,8 @@ def test_explore_given_model_fixes_heads():
     assert list(e.figure.layout.yaxis.ticktext) == ["a", "b"]
 
 
-def test_sliders_are_wide_enough_to_place_every_valid_length():
-    e = explore(queries=torch.randn(2, 12, 8), valid_lens=[12, 7])
+def test_sliders_are_wide_enough_to_place_every_valid_length(generator):
+    e = explore(queries=torch.randn(2, 12, 8, generator=generator), valid_lens=[12, 7])
     for slider in (e.heads, *e.valid_lens, e.seed):
         assert slider.layout.width == e.valid_lens[0].layout.width  # one width, aligned
         assert slider.style.description_width  # labels are not cut to the default

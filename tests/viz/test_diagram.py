@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from mha_lib.viz.diagram import STAGES, mha_diagram, traced_shapes
+from mha_lib.viz.diagram import _STAGES, _traced_shapes, mha_diagram
 
 
 def test_traced_shapes_are_the_books_notation():
-    shapes = traced_shapes()
+    shapes = _traced_shapes()
     assert shapes["queries"] == "(B, Lq, query_size)"
     assert shapes["k_projected"] == "(B, Lk, D)"
     assert shapes["q_heads"] == "(B*H, Lq, d)" and shapes["v_heads"] == "(B*H, Lk, d)"
@@ -26,7 +26,7 @@ def test_every_arrow_carries_a_shape():
     arrows = [a for a in fig.layout.annotations if a.showarrow]
     labels = [t for t in _texts(fig) if t.startswith("(")]
     assert len(arrows) == len(labels) == 3 * 3 + 3  # three lanes of three arrows, then three
-    assert set(labels) >= set(traced_shapes().values()) - {traced_shapes()["weights"]}
+    assert set(labels) >= set(_traced_shapes().values()) - {_traced_shapes()["weights"]}
     assert not fig.data  # shapes and annotations only
 
 
@@ -48,10 +48,16 @@ def test_show_code_names_the_library_pieces():
     assert "transpose_qkv" not in " ".join(_texts(mha_diagram()))
 
 
-def test_unknown_stage_is_a_value_error_naming_the_argument():
-    with pytest.raises(ValueError, match="highlight"):
-        mha_diagram(highlight=("reshape",))
-    assert set(STAGES) == {"inputs", "project", "split", "attend", "concat", "output"}
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"highlight": ("reshape",)}, "highlight must name stages"),
+    ({"highlight": 5}, "highlight must name stages"),
+    ({"highlight": [None]}, "highlight must name stages"),
+    ({"show_code": "yes"}, "show_code must be True or False"),
+])
+def test_bad_input_is_a_value_error_naming_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        mha_diagram(**kwargs)
+    assert set(_STAGES) == {"inputs", "project", "split", "attend", "concat", "output"}
 
 
 def test_drawing_leaves_the_global_random_state_alone():

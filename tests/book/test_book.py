@@ -6,45 +6,40 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from pathlib import Path
 
 import nbformat
 import plotly.graph_objects as go
-import pytest
 import yaml
 
 from mha_lib.book import notebooks
 from mha_lib.book.plotly_mime import PLOTLY_MIME, PlotlyMimeRenderer, figure_html
 from mha_lib.book import sphinx_ext
 
-ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 LIBRARY_DEFINITIONS = re.compile(
     r"^(class MultiHeadAttention|class DotProductAttention|def (transpose_qkv|transpose_output|masked_softmax))\b",
     re.M,
 )
 
 
-def test_every_toc_entry_exists_and_every_chapter_is_listed():
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+def test_every_toc_entry_exists_and_every_chapter_is_listed(root):
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
     files = [toc["root"]] + [c["file"] for p in toc["parts"] for c in p["chapters"]]
     for name in files:
-        assert any((ROOT / f"{name}{ext}").exists() for ext in (".md", ".ipynb")), name
-    assert {f"chapters/{p.stem}" for p in CHAPTERS} <= set(files)
+        assert any((root / f"{name}{ext}").exists() for ext in (".md", ".ipynb")), name
+    chapters = sorted((root / "chapters").glob("*.ipynb"))
+    assert chapters and {f"chapters/{p.stem}" for p in chapters} <= set(files)
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
-def test_committed_notebook_is_small_and_clean(path):
-    assert notebooks.problems(path) == []
+def test_committed_notebook_is_small_and_clean(chapter_path):
+    assert notebooks.problems(chapter_path) == []
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
-def test_chapter_imports_library_code_instead_of_pasting_it(path):
-    nb = nbformat.read(path, as_version=4)
+def test_chapter_imports_library_code_instead_of_pasting_it(chapter_path):
+    nb = nbformat.read(chapter_path, as_version=4)
     for cell in nb.cells:
         tags = cell.get("metadata", {}).get("tags", [])
         if cell.cell_type == "code" and "solution" not in tags:
-            assert not LIBRARY_DEFINITIONS.search(cell.source), f"{path.name} pastes library code"
+            assert not LIBRARY_DEFINITIONS.search(cell.source), f"{chapter_path.name} pastes library code"
 
 
 def test_keeps_only_short_text_outputs():

@@ -5,57 +5,11 @@ from __future__ import annotations
 
 import copy
 import re
-from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from mha_lib.book import assignments, student
-
-ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = ROOT / "chapters"
-
-
-def solution_cell(source: str):
-    return new_code_cell(source, metadata={"tags": ["solution"]})
-
-
-def exercise_block(label: str, question: str, solution: list, test: str | None) -> list:
-    cells = [
-        new_markdown_cell(f"```{{exercise}} {label.title()}\n:label: {label}\n\n{question}\n```"),
-        new_markdown_cell(f"```{{solution-start}} {label}\n:class: dropdown\n```"),
-        *solution,
-        new_markdown_cell("```{solution-end}\n```"),
-    ]
-    return cells + ([new_code_cell(test)] if test else [])
-
-
-def demo_chapter():
-    cells = [
-        new_markdown_cell("# A demo chapter\n\nSome prose."),
-        new_code_cell("import torch"),
-        *exercise_block(
-            "ex-softmax", "Write `my_masked_softmax`.",
-            [solution_cell(
-                "import torch\nfrom mha_lib import masked_softmax\n\n\n"
-                "def my_masked_softmax(X, valid_lens=None):\n"
-                '    """Softmax over the last axis that skips the keys past the valid length."""\n'
-                "    # SECRET COMMENT\n"
-                "    return masked_softmax(X, valid_lens)"),
-             new_markdown_cell("SECRET PROSE: multiplying by the mask zeroes empty rows.")],
-            "from mha_lib.exercises import check_masked_softmax\n\n"
-            "assert check_masked_softmax(my_masked_softmax)"),
-        *exercise_block(
-            "ex-why", "Why?",
-            [new_markdown_cell("SECRET ANSWER: because.")], None),
-        *exercise_block(
-            "ex-assert", "Compute twice.",
-            [solution_cell("def twice(x):\n    return 2 * x")], "assert twice(2) == 4"),
-        new_code_cell("print('after the exercises')"),
-    ]
-    return new_notebook(cells=cells, metadata={"kernelspec": {
-        "name": "python3", "display_name": "Python 3", "language": "python"}})
 
 
 def _nbgrader(nb) -> dict[str, dict]:
@@ -66,8 +20,8 @@ def _nbgrader(nb) -> dict[str, dict]:
 # ------------------------------------------------------------------------- marking
 
 
-def test_mark_derives_answers_tests_and_written_answers():
-    nb = demo_chapter()
+def test_mark_derives_answers_tests_and_written_answers(demo_chapter):
+    nb = demo_chapter
     assert assignments.mark_notebook(nb) == 3
     meta = _nbgrader(nb)
     assert set(meta) == {"ex-softmax-answer", "ex-softmax-test", "ex-why-written",
@@ -81,8 +35,8 @@ def test_mark_derives_answers_tests_and_written_answers():
     MetadataValidator().validate_nb(nb)
 
 
-def test_mark_is_idempotent_and_keeps_an_authors_points():
-    nb = demo_chapter()
+def test_mark_is_idempotent_and_keeps_an_authors_points(demo_chapter):
+    nb = demo_chapter
     assignments.mark_notebook(nb)
     test_cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-assert-test")
     test_cell.metadata["nbgrader"]["points"] = 5
@@ -93,29 +47,27 @@ def test_mark_is_idempotent_and_keeps_an_authors_points():
     assert nb == once
 
 
-def test_marking_the_chapters_changes_nothing_but_nbgrader_metadata(tmp_path):
-    for path in sorted(CHAPTERS.glob("*.ipynb")):
-        original = nbformat.read(path, as_version=4)
-        nb = copy.deepcopy(original)
-        assignments.mark_notebook(nb)
-        again = copy.deepcopy(nb)
-        assignments.mark_notebook(again)
-        assert again == nb, path.name
-        for before, after in zip(original.cells, nb.cells, strict=True):
-            after = copy.deepcopy(after)
-            after.metadata.pop("nbgrader", None)
-            before = copy.deepcopy(before)
-            before.metadata.pop("nbgrader", None)
-            assert before == after
-        assert "BEGIN SOLUTION" not in "".join(c.source for c in nb.cells)
+def test_marking_the_chapters_changes_nothing_but_nbgrader_metadata(chapter_path):
+    original = nbformat.read(chapter_path, as_version=4)
+    nb = copy.deepcopy(original)
+    assignments.mark_notebook(nb)
+    again = copy.deepcopy(nb)
+    assignments.mark_notebook(again)
+    assert again == nb
+    for before, after in zip(original.cells, nb.cells, strict=True):
+        after = copy.deepcopy(after)
+        after.metadata.pop("nbgrader", None)
+        before = copy.deepcopy(before)
+        before.metadata.pop("nbgrader", None)
+        assert before == after
+    assert "BEGIN SOLUTION" not in "".join(c.source for c in nb.cells)
 
 
-@pytest.mark.parametrize("path", sorted(CHAPTERS.glob("*.ipynb")), ids=lambda p: p.stem)
-def test_the_chapters_carry_their_nbgrader_marks(path):
-    nb = nbformat.read(path, as_version=4)
+def test_the_chapters_carry_their_nbgrader_marks(chapter_path):
+    nb = nbformat.read(chapter_path, as_version=4)
     marked = copy.deepcopy(nb)
     assignments.mark_notebook(marked)
-    assert marked == nb, (f"{path.name}: the nbgrader marks are stale; run "
+    assert marked == nb, (f"{chapter_path.name}: the nbgrader marks are stale; run "
                           "`.venv/bin/python -m mha_lib.book.assignments mark chapters/*.ipynb`")
 
 
@@ -165,8 +117,8 @@ def test_a_cell_without_definitions_is_one_region():
 # ------------------------------------------------------------------------- course source
 
 
-def test_source_notebook_drops_the_answer_key_prose_and_adds_partial_credit():
-    nb = demo_chapter()
+def test_source_notebook_drops_the_answer_key_prose_and_adds_partial_credit(demo_chapter):
+    nb = demo_chapter
     original = copy.deepcopy(nb)
     source = assignments.source_notebook(nb)
     assert nb == original  # the input is left alone
@@ -189,11 +141,11 @@ def test_source_notebook_drops_the_answer_key_prose_and_adds_partial_credit():
 
 
 @pytest.mark.parametrize("where", ["equal", "inside", "containing"])
-def test_build_refuses_to_touch_the_chapters(tmp_path, where, capsys):
+def test_build_refuses_to_touch_the_chapters(tmp_path, where, capsys, demo_chapter):
     chapters = tmp_path / "book" / "chapters"
     chapters.mkdir(parents=True)
     path = chapters / "01_demo.ipynb"
-    nbformat.write(demo_chapter(), path)
+    nbformat.write(demo_chapter, path)
     before = path.read_bytes()
     out = {"equal": chapters, "inside": chapters / "course", "containing": tmp_path / "book"}[where]
     with pytest.raises(assignments.OverlapError, match="apart from the chapters"):
@@ -209,8 +161,8 @@ def test_build_refuses_to_touch_the_chapters(tmp_path, where, capsys):
 # ------------------------------------------------------------------------- teaching.md
 
 
-def test_teaching_session_plan_adds_up_to_90_minutes():
-    text = (ROOT / "teaching.md").read_text()
+def test_teaching_session_plan_adds_up_to_90_minutes(root):
+    text = (root / "teaching.md").read_text()
     plan = text.split("## A 90-minute session", 1)[1].split("\n## ", 1)[0]
     minutes = [int(m) for m in re.findall(r"^\|\s*(\d+)\s*min\s*\|", plan, re.MULTILINE)]
     assert len(minutes) >= 4 and sum(minutes) == 90, minutes
@@ -228,9 +180,8 @@ def _released(nb):
     return nb
 
 
-@pytest.mark.parametrize("path", sorted(CHAPTERS.glob("*.ipynb")), ids=lambda p: p.stem)
-def test_no_line_of_a_solution_reaches_the_release(path):
-    nb = nbformat.read(path, as_version=4)
+def test_no_line_of_a_solution_reaches_the_release(chapter_path):
+    nb = nbformat.read(chapter_path, as_version=4)
     release = _released(assignments.source_notebook(nb))
     released = "\n".join(c.source for c in release.cells)
     outside = "\n".join(c.source for i, c in enumerate(nb.cells) if not any(
@@ -241,5 +192,5 @@ def test_no_line_of_a_solution_reaches_the_release(path):
                 body = line.strip()
                 if len(body) > 20 and not body.startswith(("def ", "class ", "from ", "import ", '"""')) \
                         and body not in outside:
-                    assert body not in released, (path.name, ex.label, body)
+                    assert body not in released, (chapter_path.name, ex.label, body)
     assert "partial_credit" not in released and "BEGIN SOLUTION" not in released

@@ -2,8 +2,8 @@
 
 Usage (a benchmark that prints numbers, not a test; it needs Debian's ``/usr/bin/chromium``)::
 
-    python -m mha_lib.viz.lab_bench                      # chapter 4, 10 moves per control
-    python -m mha_lib.viz.lab_bench --moves 20 --notebook chapters/07_head_importance.ipynb
+    python -m mha_lib.book.lab                      # chapter 4, 10 moves per control
+    python -m mha_lib.book.lab --moves 20 --notebook chapters/07_head_importance.ipynb
 
 It copies the notebook into a temporary folder, starts JupyterLab on the loopback interface
 (a free port, no token, a temporary HOME, config, data and runtime folder, so nothing of the
@@ -11,8 +11,8 @@ reader's is read or written), opens the copy in Chromium, runs all cells and tim
 control of the first live explorer, the key press on the slider to the first animation frame
 after plotly redrew the figure. Goal: at most 150 ms.
 
-The browser test ``tests/browser/test_jupyterlab.py`` uses the same functions. Nothing here
-imports Playwright at module level: functions take a ``page``.
+The browser test ``tests/browser/test_jupyterlab.py`` uses the same (private) functions.
+Nothing here imports Playwright at module level: functions take a ``page``.
 """
 
 from __future__ import annotations
@@ -31,24 +31,26 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = os.environ.get("MHA_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic",
+__all__ = ["main"]
+
+_ROOT = Path(__file__).resolve().parents[2]
+_CHROMIUM = os.environ.get("MHA_CHROMIUM", "/usr/bin/chromium")
+_CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 # No news, no update check, no announcement toast: nothing asks for the network.
-PAGE_CONFIG = {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
-STDERR_MIME = "application/vnd.jupyter.stderr"
+_PAGE_CONFIG = {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
+_STDERR_MIME = "application/vnd.jupyter.stderr"
 
 
-def free_port() -> int:
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 @contextlib.contextmanager
-def lab_server(notebooks: list[Path], timeout: float = 60.0):
+def _lab_server(notebooks: list[Path], timeout: float = 60.0):
     """A JupyterLab server on 127.0.0.1 over temporary copies of ``notebooks``.
 
     Yields ``(base_url, folder)``; the server (and its kernels) stop on exit, also on error.
@@ -61,12 +63,12 @@ def lab_server(notebooks: list[Path], timeout: float = 60.0):
             shutil.copy(path, folder / Path(path).name)
         config = tmp / "config"
         (config / "labconfig").mkdir(parents=True)
-        (config / "labconfig" / "page_config.json").write_text(json.dumps(PAGE_CONFIG))
+        (config / "labconfig" / "page_config.json").write_text(json.dumps(_PAGE_CONFIG))
         env = {**os.environ, "HOME": str(tmp / "home"), "JUPYTER_CONFIG_DIR": str(config),
                "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), "IPYTHONDIR": str(tmp / "ipython"),
-               "JUPYTER_PLATFORM_DIRS": "1", "PYTHONPATH": str(ROOT)}
+               "JUPYTER_PLATFORM_DIRS": "1", "PYTHONPATH": str(_ROOT)}
         (tmp / "home").mkdir()
-        port = free_port()
+        port = _free_port()
         command = [
             sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
             f"--port={port}", "--ServerApp.port_retries=0", "--ServerApp.token=",
@@ -105,7 +107,7 @@ def lab_server(notebooks: list[Path], timeout: float = 60.0):
 
 
 @contextlib.contextmanager
-def lab_page(base_url: str, notebook: str, viewport=(1400, 1000), browser=None):
+def _lab_page(base_url: str, notebook: str, viewport=(1400, 1000), browser=None):
     """Chromium showing ``notebook`` in JupyterLab; every request off the server is aborted.
 
     ``browser``: a Playwright browser to open the page in (a test session's own); without it,
@@ -117,7 +119,7 @@ def lab_page(base_url: str, notebook: str, viewport=(1400, 1000), browser=None):
             from playwright.sync_api import sync_playwright
 
             p = stack.enter_context(sync_playwright())
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            browser = p.chromium.launch(executable_path=_CHROMIUM, args=_CHROMIUM_ARGS)
             stack.callback(browser.close)
         context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         stack.callback(context.close)
@@ -138,41 +140,41 @@ def lab_page(base_url: str, notebook: str, viewport=(1400, 1000), browser=None):
         yield page
 
 
-def kernel_idle(page, timeout_ms: float = 60_000) -> None:
+def _kernel_idle(page, timeout_ms: float = 60_000) -> None:
     """Wait until the notebook's kernel has started and is idle (status bar: "... | Idle")."""
     page.wait_for_function(
         r"""() => [...document.querySelectorAll("#jp-main-statusbar span")].some(
                (s) => /\| Idle$/.test(s.textContent.trim()))""", timeout=timeout_ms)
 
 
-def menu(page, menu_name: str, item: str) -> None:
+def _menu(page, menu_name: str, item: str) -> None:
     """Click ``item`` of the menu bar's ``menu_name`` menu."""
     page.locator(".lm-MenuBar-itemLabel", has_text=menu_name).first.click()
     page.locator(".lm-Menu-item:visible .lm-Menu-itemLabel").filter(has_text=item).first.click()
 
 
-def run_all(page, timeout_ms: float = 120_000) -> None:
+def _run_all(page, timeout_ms: float = 120_000) -> None:
     """Clear the outputs, run all cells (Run menu) and wait until every code cell has run."""
-    kernel_idle(page)
-    menu(page, "Edit", "Clear Outputs of All Cells")
-    menu(page, "Run", "Run All Cells")
+    _kernel_idle(page)
+    _menu(page, "Edit", "Clear Outputs of All Cells")
+    _menu(page, "Run", "Run All Cells")
     page.wait_for_function(
         r"""() => {
           const prompts = [...document.querySelectorAll(".jp-CodeCell .jp-InputArea-prompt")];
           return prompts.length > 0 && prompts.every((p) => /\[\d+\]/.test(p.textContent));
         }""", timeout=timeout_ms)
-    kernel_idle(page, timeout_ms)
+    _kernel_idle(page, timeout_ms)
 
 
-def bad_outputs(page) -> list[str]:
+def _bad_outputs(page) -> list[str]:
     """Text of every error, stderr or warning output in the notebook."""
     return page.evaluate(
         """(mime) => [...document.querySelectorAll(
               `.jp-OutputArea-output[data-mime-type="${mime}"], .jp-RenderedText[data-mime-type="${mime}"]`)]
-            .map((e) => e.textContent.slice(0, 500))""", STDERR_MIME)
+            .map((e) => e.textContent.slice(0, 500))""", _STDERR_MIME)
 
 
-EXPLORER_JS = """
+_EXPLORER_JS = """
 () => {
   const boxes = [...document.querySelectorAll(".widget-vbox")].filter(
     (b) => b.querySelector(".js-plotly-plot") && b.querySelector(".widget-slider"));
@@ -182,7 +184,7 @@ EXPLORER_JS = """
 
 # The state of explorer number ``i``: slider labels and values, the z of each example's
 # heatmap (H heads side by side, None between them) and the head names drawn above each example.
-STATE_JS = """
+_STATE_JS = """
 (i) => {
   const box = [...document.querySelectorAll(".widget-vbox")].filter(
     (b) => b.querySelector(".js-plotly-plot") && b.querySelector(".widget-slider"))[i];
@@ -202,15 +204,15 @@ STATE_JS = """
 """
 
 
-def explorer_count(page) -> int:
-    return page.evaluate(EXPLORER_JS)
+def _explorer_count(page) -> int:
+    return page.evaluate(_EXPLORER_JS)
 
 
-def explorer_state(page, index: int = 0) -> dict:
-    return page.evaluate(STATE_JS, index)
+def _explorer_state(page, index: int = 0) -> dict:
+    return page.evaluate(_STATE_JS, index)
 
 
-def slider(page, label: str, index: int = 0):
+def _slider(page, label: str, index: int = 0):
     """The ``.widget-slider`` of explorer ``index`` whose label starts with ``label``."""
     box = page.locator(".widget-vbox:has(.js-plotly-plot):has(.widget-slider)").nth(index)
     return box.locator(".widget-slider", has=page.locator(".widget-label", has_text=label)).first
@@ -218,7 +220,7 @@ def slider(page, label: str, index: int = 0):
 
 # Records, for each key press or mouse press, the time to the first animation frame after the
 # next plotly redraw of the explorer's figure.
-TIMER_JS = """
+_TIMER_JS = """
 (i) => {
   const box = [...document.querySelectorAll(".widget-vbox")].filter(
     (b) => b.querySelector(".js-plotly-plot") && b.querySelector(".widget-slider"))[i];
@@ -240,45 +242,45 @@ TIMER_JS = """
 """
 
 
-def install_redraw_timer(page, index: int = 0) -> None:
-    page.evaluate(TIMER_JS, index)
+def _install_redraw_timer(page, index: int = 0) -> None:
+    page.evaluate(_TIMER_JS, index)
 
 
-def redraw_count(page) -> int:
+def _redraw_count(page) -> int:
     return page.evaluate("() => window.__mhaRedraws.length")
 
 
-def press(page, label: str, key: str, index: int = 0, timeout_ms: float = 5000) -> None:
+def _press(page, label: str, key: str, index: int = 0, timeout_ms: float = 5000) -> None:
     """Press ``key`` on a slider's handle and wait for the figure's next redraw."""
-    before = redraw_count(page)
-    slider(page, label, index).locator(".noUi-handle").press(key)
+    before = _redraw_count(page)
+    _slider(page, label, index).locator(".noUi-handle").press(key)
     page.wait_for_function(f"() => window.__mhaRedraws.length > {before}", timeout=timeout_ms)
 
 
-def click_at(page, label: str, fraction: float, index: int = 0, timeout_ms: float = 5000) -> None:
+def _click_at(page, label: str, fraction: float, index: int = 0, timeout_ms: float = 5000) -> None:
     """Click a slider's track at ``fraction`` (0 = left end, 1 = right end); wait for a redraw."""
-    before = redraw_count(page)
-    box = slider(page, label, index).locator(".noUi-base").bounding_box()
+    before = _redraw_count(page)
+    box = _slider(page, label, index).locator(".noUi-base").bounding_box()
     x = box["x"] + min(max(fraction, 0.01), 0.99) * box["width"]  # inside the track
     page.mouse.click(x, box["y"] + box["height"] / 2)
     page.wait_for_function(f"() => window.__mhaRedraws.length > {before}", timeout=timeout_ms)
 
 
-def time_controls(page, moves: int = 10, index: int = 0) -> dict[str, list[float]]:
+def _time_controls(page, moves: int = 10, index: int = 0) -> dict[str, list[float]]:
     """Redraw times (ms) of ``moves`` key presses on every slider of explorer ``index``."""
-    install_redraw_timer(page, index)
-    labels = [s["label"] for s in explorer_state(page, index)["sliders"]]
+    _install_redraw_timer(page, index)
+    labels = [s["label"] for s in _explorer_state(page, index)["sliders"]]
     results = {}
     for label in labels:
-        if slider(page, label, index).locator(".noUi-target[disabled]").count():
+        if _slider(page, label, index).locator(".noUi-target[disabled]").count():
             continue  # a fixed head count
         start = len(page.evaluate("() => window.__mhaRedraws"))
         for i in range(moves):
             key = "ArrowLeft" if (i // 3) % 2 else "ArrowRight"  # back and forth, 3 steps each
             try:
-                press(page, label, key, index)
+                _press(page, label, key, index)
             except Exception:  # at the end of the track a key changes nothing: turn around
-                press(page, label, "ArrowLeft" if key == "ArrowRight" else "ArrowRight", index)
+                _press(page, label, "ArrowLeft" if key == "ArrowRight" else "ArrowRight", index)
         results[label] = page.evaluate("() => window.__mhaRedraws")[start:]
     return results
 
@@ -286,14 +288,18 @@ def time_controls(page, moves: int = 10, index: int = 0) -> dict[str, list[float
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--notebook", type=Path,
-                        default=ROOT / "chapters" / "04_exploring_heads.ipynb")
+                        default=_ROOT / "chapters" / "04_exploring_heads.ipynb")
     parser.add_argument("--moves", type=int, default=10)
     args = parser.parse_args(argv)
-    with lab_server([args.notebook]) as (base, _), lab_page(base, args.notebook.name) as page:
+    if args.moves < 1:
+        parser.error(f"--moves: expected an integer >= 1, got {args.moves}")
+    if not args.notebook.is_file():
+        parser.error(f"--notebook: expected a notebook file, got {args.notebook}")
+    with _lab_server([args.notebook]) as (base, _), _lab_page(base, args.notebook.name) as page:
         started = time.perf_counter()
-        run_all(page)
+        _run_all(page)
         print(f"Run All: {time.perf_counter() - started:.1f} s")
-        for label, times in time_controls(page, args.moves).items():
+        for label, times in _time_controls(page, args.moves).items():
             print(f"{label:28s} median {statistics.median(times):6.1f} ms, "
                   f"max {max(times):6.1f} ms over {len(times)} moves (goal <= 150 ms)")
     return 0

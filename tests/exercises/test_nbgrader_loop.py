@@ -1,10 +1,11 @@
 """The whole nbgrader loop on a temporary course, as a teacher runs it.
 
 Release chapters 1-3 with ``nbgrader generate_assignment``; submit, for student ``right``, every
-solution put back and, for student ``wrong``, one classic mistake per checked exercise
-(tests/grading_cases.py); ``nbgrader autograde``; ``nbgrader generate_feedback``. Then: ``right``
-has full marks on every autograded cell; ``wrong`` loses the checker cell's points and exactly one
-family point of the partial-credit cell per checked exercise, and the feedback names each mistake.
+solution put back and, for student ``wrong``, one classic mistake per checked exercise (the
+fixture ``wrong_answers`` of tests/exercises/conftest.py); ``nbgrader autograde``; ``nbgrader
+generate_feedback``. Then: ``right`` has full marks on every autograded cell; ``wrong`` loses the
+checker cell's points and exactly one family point of the partial-credit cell per checked
+exercise, and the feedback names each mistake.
 Everything runs in tmp_path with the course's own config and gradebook (never ~/.jupyter).
 """
 
@@ -12,14 +13,13 @@ from __future__ import annotations
 
 import html
 import re
-from pathlib import Path
 
 import nbformat
-from grading_cases import MISTAKE, WRONG
-from mha_lib import exercises, grading
-from mha_lib.book import assignments
 
-CHAPTERS = Path(__file__).resolve().parents[1] / "chapters"
+from mha_lib import exercises
+from mha_lib.book import assignments
+from mha_lib.exercises.catalogue import FAMILIES
+
 NAMES = ["01_model", "02_transposition", "03_implementation"]
 ASSIGNMENT = "session"  # one assignment with the three chapters: one nbgrader run per step
 SOLUTION_MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\n", re.MULTILINE)
@@ -29,20 +29,20 @@ def _grade_id(cell) -> str | None:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
 
 
-def checked_exercises(source_nb) -> dict[str, tuple[str, str]]:
+def checked_exercises(source_nb, wrong_answers) -> dict[str, tuple[str, str]]:
     """{label: (checker, answer name)} of the exercises with a partial-credit cell and a wrong
-    answer in grading_cases."""
+    answer in ``wrong_answers``."""
     found = {}
     for cell in source_nb.cells:
         grade_id = _grade_id(cell) or ""
         if grade_id.endswith("-mistakes"):
             checker, name = re.search(r'partial_credit\("(\w+)", (\w+)\)', cell.source).groups()
-            if checker in WRONG:  # a checker without a wrong answer here: submitted right
+            if checker in wrong_answers:  # a checker without a wrong answer here: submitted right
                 found[grade_id.removesuffix("-mistakes")] = (checker, name)
     return found
 
 
-def submission(release_nb, source_nb, mistakes: dict[str, tuple[str, str]]):
+def submission(release_nb, source_nb, mistakes: dict[str, tuple[str, str]], wrong_answers):
     """The release with every code answer put back; with ``mistakes``, the cell defining each
     checked answer holds the wrong answer instead."""
     answers = {_grade_id(c): SOLUTION_MARKERS.sub("", c.source) for c in source_nb.cells
@@ -55,15 +55,15 @@ def submission(release_nb, source_nb, mistakes: dict[str, tuple[str, str]]):
         for label, (checker, name) in mistakes.items():
             defines = re.search(rf"^(def|class) {name}\b", cell.source, re.MULTILINE)
             if grade_id.startswith(label + "-answer") and defines:
-                cell.source = WRONG[checker].format(name=name)
+                cell.source = wrong_answers[checker].source.format(name=name)
     return release_nb
 
 
-def test_generate_submit_autograde_feedback(tmp_path):
+def test_generate_submit_autograde_feedback(tmp_path, root, wrong_answers):
     from nbgrader.api import Gradebook
 
     course = tmp_path / "course"
-    released = assignments.build(CHAPTERS, course, NAMES, assignment=ASSIGNMENT)
+    released = assignments.build(root / "chapters", course, NAMES, assignment=ASSIGNMENT)
     assert [p.stem for p in released] == NAMES
     checked: dict[str, dict[str, tuple[str, str]]] = {}
     for name in NAMES:
@@ -74,12 +74,12 @@ def test_generate_submit_autograde_feedback(tmp_path):
         assert "# YOUR CODE HERE" in release_text
         assert all("checksum" in c.metadata["nbgrader"] for c in release.cells
                    if c.metadata.get("nbgrader", {}).get("grade"))
-        checked[name] = checked_exercises(source)
+        checked[name] = checked_exercises(source, wrong_answers)
         for student, mistakes in (("right", {}), ("wrong", checked[name])):
             folder = course / "submitted" / student / ASSIGNMENT
             folder.mkdir(parents=True, exist_ok=True)
             fresh = nbformat.read(course / "release" / ASSIGNMENT / f"{name}.ipynb", as_version=4)
-            nbformat.write(submission(fresh, source, mistakes), folder / f"{name}.ipynb")
+            nbformat.write(submission(fresh, source, mistakes, wrong_answers), folder / f"{name}.ipynb")
     assert sum(len(c) for c in checked.values()) >= 6, checked  # the six coded exercises
     assignments.nbgrader(course, "autograde", ASSIGNMENT, "--force")
     assignments.nbgrader(course, "generate_feedback", ASSIGNMENT, "--force")
@@ -101,7 +101,7 @@ def test_generate_submit_autograde_feedback(tmp_path):
     for name in NAMES:
         feedback = html.unescape((course / "feedback" / "wrong" / ASSIGNMENT / f"{name}.html").read_text())
         for label, (checker, _) in checked[name].items():
-            title = exercises.MISTAKES[MISTAKE[checker]].title
-            family = grading.FAMILIES[MISTAKE[checker][0]]
+            mistake = wrong_answers[checker].mistake
+            title, family = exercises.MISTAKES[mistake].title, FAMILIES[mistake[0]]
             assert title in feedback, (name, label, title)
             assert f"0/1  {family}: {title}" in feedback, (name, label)

@@ -1,7 +1,7 @@
 """The exercise checkers: the reference passes, and each classic mistake is caught and named.
 
 The wrong implementations below are written by hand, the way a student would write them
-(they do not reuse the mistake models of mha_lib.exercises), so a test passes only if the
+(they do not reuse the mistake models of mha_lib.exercises.core and .later), so a test passes only if the
 checker recognises a mistake from its numbers alone.
 """
 
@@ -17,6 +17,7 @@ from torch import nn
 
 import mha_lib
 from mha_lib import exercises, importance
+from mha_lib.exercises import core, later
 from mha_lib.exercises import (
     MISTAKES,
     check_dot_product_attention,
@@ -91,18 +92,18 @@ def student_attention(q, k, v, valid_lens, bugs=()):
     return torch.bmm(student_masked_softmax(scores, valid_lens, bugs), v)
 
 
-def make_mha(*bugs):
+def student_mha(*bugs):
     """A student's MultiHeadAttention class with the given bugs."""
 
     class StudentMHA(nn.Module):
-        def __init__(self, key_size, query_size, value_size, num_hiddens, num_heads, dropout,
+        def __init__(self, key_size, query_size, value_size, d_model, num_heads, dropout,
                      bias=False):
             super().__init__()
             self.num_heads = num_heads
-            self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
-            self.W_k = nn.Linear(key_size, num_hiddens, bias=bias)
-            self.W_v = nn.Linear(value_size, num_hiddens, bias=bias)
-            self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+            self.W_q = nn.Linear(query_size, d_model, bias=bias)
+            self.W_k = nn.Linear(key_size, d_model, bias=bias)
+            self.W_v = nn.Linear(value_size, d_model, bias=bias)
+            self.W_o = nn.Linear(d_model, d_model, bias=bias)
 
         def forward(self, queries, keys, values, valid_lens):
             H = self.num_heads
@@ -137,7 +138,7 @@ REFERENCES = [
     (check_transpose_output, mha_lib.transpose_output),
     (check_transpose_output, student_transpose_output),
     (check_multihead_attention, mha_lib.MultiHeadAttention),
-    (check_multihead_attention, make_mha()),
+    (check_multihead_attention, student_mha()),
     (check_num_parameters, lambda q, k, v, D, H, bias: (q + k + v + D) * D + 4 * D * bias),
 ]
 
@@ -193,7 +194,7 @@ WRONG = (
        for bug, phrase in QKV_MISTAKES]
     + [(check_transpose_output, _with_bug(student_transpose_output, bug), phrase)
        for bug, phrase in OUTPUT_MISTAKES]
-    + [(check_multihead_attention, make_mha(bug), phrase) for bug, phrase in MHA_MISTAKES]
+    + [(check_multihead_attention, student_mha(bug), phrase) for bug, phrase in MHA_MISTAKES]
 )
 
 
@@ -207,19 +208,19 @@ def test_mistake_is_named(checker, candidate, phrase, capsys):
 
 def test_head_major_with_repeat_interleave_is_named(capsys):
     """Head-major transposes with repeat_interleave: the lengths land on the wrong heads."""
-    ok, out = run(check_multihead_attention, make_mha("head_major"), capsys)
+    ok, out = run(check_multihead_attention, student_mha("head_major"), capsys)
     assert ok is False
     assert "head-major" in out
 
 
 def test_head_major_with_repeat_is_consistent(capsys):
     """Head-major folding with tiled lengths is a consistent (if unusual) choice: it passes."""
-    ok, _ = run(check_multihead_attention, make_mha("head_major", "repeat"), capsys)
+    ok, _ = run(check_multihead_attention, student_mha("head_major", "repeat"), capsys)
     assert ok is True
 
 
 def test_two_mistakes_at_once_are_both_named(capsys):
-    ok, out = run(check_multihead_attention, make_mha("no_scaling", "no_W_o"), capsys)
+    ok, out = run(check_multihead_attention, student_mha("no_scaling", "no_W_o"), capsys)
     assert ok is False
     assert "missing 1/sqrt(d) scaling" in out and "forgot the output projection W_o" in out
 
@@ -248,8 +249,8 @@ def test_naive_exp_overflow_is_reported_as_nan(capsys):
     assert "NaN" in out and "large scores" in out
 
 
-def test_scaling_by_num_hiddens_is_named(capsys):
-    class ScaledByD(make_mha()):
+def test_scaling_by_d_model_is_named(capsys):
+    class ScaledByD(student_mha()):
         def forward(self, queries, keys, values, valid_lens):
             H = self.num_heads
             q, k, v = (mha_lib.transpose_qkv(W(x), H) for W, x in
@@ -262,7 +263,7 @@ def test_scaling_by_num_hiddens_is_named(capsys):
 
     ok, out = run(check_multihead_attention, ScaledByD, capsys)
     assert ok is False
-    assert "1/sqrt(num_hiddens) instead of 1/sqrt(d)" in out
+    assert "scaling by 1/sqrt(D), the model width d_model, instead of 1/sqrt(d)" in out
 
 
 @pytest.mark.parametrize("wrong, phrase", [
@@ -284,7 +285,7 @@ def _stub(*args, **kwargs):
 
 
 class StubMHA(nn.Module):
-    def __init__(self, key_size, query_size, value_size, num_hiddens, num_heads, dropout, bias=False):
+    def __init__(self, key_size, query_size, value_size, d_model, num_heads, dropout, bias=False):
         super().__init__()
         raise NotImplementedError
 
@@ -307,7 +308,7 @@ def test_class_stub_is_not_implemented_yet(capsys):
 
 
 def test_forward_stub_is_not_implemented_yet(capsys):
-    class HalfDone(make_mha()):
+    class HalfDone(student_mha()):
         def forward(self, queries, keys, values, valid_lens):
             raise NotImplementedError
 
@@ -350,7 +351,7 @@ def test_in_place_modification_is_reported(capsys):
 
 
 def test_missing_W_o_attribute_is_reported(capsys):
-    class NoWo(make_mha()):
+    class NoWo(student_mha()):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             del self.W_o
@@ -361,10 +362,10 @@ def test_missing_W_o_attribute_is_reported(capsys):
 
 
 def test_swapped_constructor_sizes_are_reported(capsys):
-    class Swapped(make_mha()):
-        def __init__(self, key_size, query_size, value_size, num_hiddens, num_heads, dropout,
+    class Swapped(student_mha()):
+        def __init__(self, key_size, query_size, value_size, d_model, num_heads, dropout,
                      bias=False):
-            super().__init__(query_size, key_size, value_size, num_hiddens, num_heads, dropout, bias)
+            super().__init__(query_size, key_size, value_size, d_model, num_heads, dropout, bias)
 
     ok, out = run(check_multihead_attention, Swapped, capsys)
     assert ok is False
@@ -372,7 +373,7 @@ def test_swapped_constructor_sizes_are_reported(capsys):
 
 
 def test_ignored_bias_is_reported(capsys):
-    class NoBias(make_mha()):
+    class NoBias(student_mha()):
         def __init__(self, *args, bias=False):
             super().__init__(*args, bias=False)
 
@@ -391,7 +392,7 @@ def test_unknown_mistake_gets_the_general_hint(capsys):
 
 
 def test_every_setting_of_every_checker_has_a_named_mistake():
-    tables = [exercises._SOFTMAX_SETTINGS, exercises._TRANSPOSE_SETTINGS, exercises._MHA_SETTINGS]
+    tables = [core._SOFTMAX_SETTINGS, core._TRANSPOSE_SETTINGS, core._MHA_SETTINGS]
     for table in tables:
         for setting, values in table.items():
             for value in values:
@@ -406,9 +407,9 @@ def test_split_and_merge_variants_are_inverse(B, L, H, d, fold, split):
     """Each transposition mistake model is a permutation that its merge model undoes."""
     X = torch.arange(B * L * H * d, dtype=torch.float32).reshape(B, L, H * d)
     spec = {"fold": fold, "split": split}
-    folded = exercises.split_variant(X, H, spec)
+    folded = core._split_variant(X, H, spec)
     assert folded.shape == (B * H, L, d)
-    torch.testing.assert_close(exercises.merge_variant(folded, H, spec), X)
+    torch.testing.assert_close(core._merge_variant(folded, H, spec), X)
 
 
 @settings(max_examples=25, deadline=None)
@@ -417,17 +418,17 @@ def test_softmax_model_without_mistakes_matches_masked_softmax(B, Lq, Lk, data):
     lens = torch.tensor(data.draw(st.lists(st.integers(0, Lk), min_size=B, max_size=B)))
     X = torch.randn(B, Lq, Lk, generator=torch.Generator().manual_seed(0))
     spec = {"mask": "right", "axis": "right", "empty": "zeros"}  # explicit, not the {} shortcut
-    torch.testing.assert_close(exercises.softmax_variant(X, lens, spec), mha_lib.masked_softmax(X, lens))
+    torch.testing.assert_close(core._softmax_variant(X, lens, spec), mha_lib.masked_softmax(X, lens))
 
 
-def test_multihead_model_without_mistakes_matches_the_module():
-    torch.manual_seed(0)
-    ref = mha_lib.MultiHeadAttention(5, 6, 7, 8, 2, 0.0).eval()
-    q, k, v = torch.randn(3, 2, 6), torch.randn(3, 4, 5), torch.randn(3, 4, 7)
+def test_multihead_model_without_mistakes_matches_the_module(mha_factory, generator):
+    ref = mha_factory(8, 2, sizes=(5, 6, 7))  # key_size 5, query_size 6, value_size 7
+    q, k, v = (torch.randn(3, 2, 6, generator=generator), torch.randn(3, 4, 5, generator=generator),
+               torch.randn(3, 4, 7, generator=generator))
     lens = torch.tensor([0, 2, 4])
     spec = {"lens": "interleave", "W_o": "keep", "scale": "right"}  # explicit, not {}
     with torch.no_grad():
-        torch.testing.assert_close(exercises.multihead_variant(ref, q, k, v, lens, spec),
+        torch.testing.assert_close(core._multihead_variant(ref, q, k, v, lens, spec),
                                    ref(q, k, v, lens))
 
 
@@ -449,8 +450,7 @@ def prune_student(mha, heads, bug=None):
     else:
         rows = [h * d + i for h in kept for i in range(d)]
     new = mha_lib.MultiHeadAttention(mha.W_k.in_features, mha.W_q.in_features,
-                                     mha.W_v.in_features, num_hiddens=len(rows),
-                                     num_heads=len(kept), dropout=0.0)
+                                     mha.W_v.in_features, len(rows), len(kept), 0.0)
     new.W_o = nn.Linear(len(rows), mha.W_o.out_features, bias=False)
     with torch.no_grad():
         for name in ("W_q", "W_k", "W_v"):
@@ -516,10 +516,10 @@ def test_chapter_6_references_agree_with_the_bench_module():
     from mha_lib.bench.cost import Sizes, flop_count, weights_bytes
 
     for D in (1, 8, 64, 100):
-        L = exercises.crossover_length_variant(D, {})
+        L = later._crossover_length_variant(D, {})
         f, g = flop_count(Sizes(1, L, L, D, 1)), flop_count(Sizes(1, L - 1, L - 1, D, 1))
         assert f["scores"] + f["weighted sum"] >= f["projections"]
         assert L == 1 or g["scores"] + g["weighted sum"] < g["projections"]
     for budget, B, H in ((2**30, 16, 8), (10**9, 3, 5)):
-        L = exercises.longest_sequence_variant(budget, B, H, {})
+        L = later._longest_sequence_variant(budget, B, H, {})
         assert weights_bytes(Sizes(B, L, L, H, H)) <= budget < weights_bytes(Sizes(B, L + 1, L + 1, H, H))

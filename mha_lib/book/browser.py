@@ -1,9 +1,9 @@
 """Driving the kernel-free explorer in a browser page (Playwright), as a reader would.
 
 Shared by the browser test (``tests/browser/test_explorer.py``) and the benchmark
-(:mod:`mha_lib.viz.bench`). Nothing here imports Playwright: functions take a ``page``.
+(:mod:`mha_lib.book.explorer_bench`). Nothing here imports Playwright: functions take a ``page``.
 The explorer's controls are native range inputs (see
-:func:`mha_lib.viz.static_explorer.controls_html`): input 0 chooses the head count (its value
+:func:`mha_lib.viz.static_explorer_html`): input 0 chooses the head count (its value
 is an index into the head counts offered), input ``1 + b`` the valid length of example ``b``.
 """
 
@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from mha_lib.viz.static_explorer import CONTROLS_ID, DIV_ID
 
+__all__ = ["click_control", "install_redraw_timer", "redraw_times"]
+
 # The explorer's state: control positions and labels, the heatmaps drawn with their weights,
 # how many heatmap images plotly rendered (a panel whose keys are all masked has no image: only
 # its grey background shows), and the heights of the figure's box and of its drawing.
-READ_STATE_JS = """
+_READ_STATE_JS = """
 ([divId, controlsId]) => {
   const gd = document.getElementById(divId);
   const inputs = [...document.querySelectorAll(`#${controlsId} input[type=range]`)];
@@ -40,7 +42,7 @@ READ_STATE_JS = """
 """
 
 # A promise that settles at the next redraw of the figure (or after 5 s, to report a failure).
-ARM_REDRAW_JS = """
+_ARM_REDRAW_JS = """
 (divId) => {
   const gd = document.getElementById(divId);
   window.__mhaRedrawn = new Promise((resolve) => {
@@ -51,14 +53,14 @@ ARM_REDRAW_JS = """
 """
 
 
-def control(page, index: int, controls_id: str = CONTROLS_ID):
+def _control(page, index: int, controls_id: str = CONTROLS_ID):
     """The ``index``-th range input of the explorer (0 = heads, 1 + b = example b's length)."""
     return page.locator(f"#{controls_id} input[type=range]").nth(index)
 
 
 def click_control(page, index: int, value: int, controls_id: str = CONTROLS_ID) -> None:
     """Click range input ``index`` where its thumb sits at ``value``, as a mouse user would."""
-    slider = control(page, index, controls_id)
+    slider = _control(page, index, controls_id)
     box = slider.bounding_box()
     if box is None:
         raise ValueError(f"control {index} of #{controls_id} is not on the page")
@@ -68,31 +70,31 @@ def click_control(page, index: int, value: int, controls_id: str = CONTROLS_ID) 
     page.mouse.click(x, box["y"] + box["height"] / 2)
 
 
-def click_and_wait(page, index: int, value: int, div_id: str = DIV_ID,
+def _click_and_wait(page, index: int, value: int, div_id: str = DIV_ID,
                    controls_id: str = CONTROLS_ID) -> bool:
     """Click a control at ``value`` and wait until plotly redrew; False if no redraw in 5 s."""
-    page.evaluate(ARM_REDRAW_JS, div_id)
+    page.evaluate(_ARM_REDRAW_JS, div_id)
     click_control(page, index, value, controls_id)
     return page.evaluate("() => window.__mhaRedrawn")
 
 
-def key_and_wait(page, index: int, key: str, div_id: str = DIV_ID,
+def _key_and_wait(page, index: int, key: str, div_id: str = DIV_ID,
                  controls_id: str = CONTROLS_ID) -> bool:
     """Focus control ``index``, press ``key`` (ArrowRight, ArrowLeft, Home, End...), await redraw."""
-    control(page, index, controls_id).focus()
-    page.evaluate(ARM_REDRAW_JS, div_id)
+    _control(page, index, controls_id).focus()
+    page.evaluate(_ARM_REDRAW_JS, div_id)
     page.keyboard.press(key)
     return page.evaluate("() => window.__mhaRedrawn")
 
 
-def read_state(page, div_id: str = DIV_ID, controls_id: str = CONTROLS_ID) -> dict:
+def _read_state(page, div_id: str = DIV_ID, controls_id: str = CONTROLS_ID) -> dict:
     """Control positions and labels, visible heatmaps (``example``, ``head``, ``z``), drawn
-    image count, and the heights of the figure's box and drawing (see :data:`READ_STATE_JS`)."""
-    return page.evaluate(READ_STATE_JS, [div_id, controls_id])
+    image count, and the heights of the figure's box and drawing (see :data:`_READ_STATE_JS`)."""
+    return page.evaluate(_READ_STATE_JS, [div_id, controls_id])
 
 
 # Times from the mouse press on a control to the first animation frame after plotly redrew.
-TIMER_JS = """
+_TIMER_JS = """
 ([divId, controlsId]) => {
   const gd = document.getElementById(divId);
   window.__mhaRedraws = [];
@@ -111,7 +113,7 @@ TIMER_JS = """
 
 def install_redraw_timer(page, div_id: str = DIV_ID, controls_id: str = CONTROLS_ID) -> None:
     """Start recording redraw times (ms) into ``window.__mhaRedraws``."""
-    page.evaluate(TIMER_JS, [div_id, controls_id])
+    page.evaluate(_TIMER_JS, [div_id, controls_id])
 
 
 def redraw_times(page) -> list[float]:

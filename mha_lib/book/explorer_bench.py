@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m mha_lib.viz.bench                                  # live explorer only
-    python -m mha_lib.viz.bench --site _build/html               # and the static one in Chromium
+    python -m mha_lib.book.explorer_bench                       # live explorer only
+    python -m mha_lib.book.explorer_bench --site _build/html    # and the static one in Chromium
 
 * live: median time from setting a slider's ``value`` (what a reader's drag does in the kernel)
   to the updated ``FigureWidget``, for the default explorer; goal <= 20 ms.
@@ -18,10 +18,12 @@ import statistics
 import time
 from pathlib import Path
 
+__all__ = ["main"]
 
-def time_live_explorer(repeats: int = 40) -> dict[str, float]:
+
+def _time_live_explorer(repeats: int = 40) -> dict[str, float]:
     """Median milliseconds per slider change of the default live explorer, by kind of change."""
-    from mha_lib.viz.explorer import explore
+    from mha_lib.viz import explore
 
     explorer = explore()
     heads = list(explorer.heads.options)
@@ -44,12 +46,12 @@ def time_live_explorer(repeats: int = 40) -> dict[str, float]:
     return results
 
 
-def time_static_explorer(site_dir: Path, repeats: int = 30,
+def _time_static_explorer(site_dir: Path, repeats: int = 30,
                          chromium: str = "/usr/bin/chromium") -> dict[str, float]:
     """Median milliseconds per slider step of the kernel-free explorer on the built page."""
     from playwright.sync_api import sync_playwright
 
-    from mha_lib.viz.browser import click_control, install_redraw_timer, redraw_times
+    from mha_lib.book.browser import click_control, install_redraw_timer, redraw_times
 
     page_path = Path(site_dir).resolve() / "chapters" / "04_exploring_heads.html"
     if not page_path.exists():
@@ -82,10 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", type=Path, help="built website (e.g. _build/html)")
     parser.add_argument("--repeats", type=int, default=40)
     args = parser.parse_args(argv)
-    for name, ms in time_live_explorer(args.repeats).items():
+    if args.repeats < 1:
+        parser.error(f"--repeats: expected an integer >= 1, got {args.repeats}")
+    if args.site is not None and not (args.site / "index.html").exists():
+        parser.error(f"--site: expected the built website (with index.html), got {args.site}")
+    for name, ms in _time_live_explorer(args.repeats).items():
         print(f"live explorer, {name} change: median {ms:.1f} ms")
     if args.site:
-        for name, ms in time_static_explorer(args.site, args.repeats).items():
+        for name, ms in _time_static_explorer(args.site, args.repeats).items():
             print(f"static explorer in Chromium, {name} step: median {ms:.1f} ms")
     return 0
 

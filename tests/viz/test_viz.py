@@ -8,7 +8,7 @@ import torch
 
 import mha_lib
 from mha_lib.viz import attention_heatmaps, transposition_figure
-from mha_lib.viz.transposition import decode_index
+from mha_lib.viz.transposition import _decode_index
 
 
 def _weights(B=2, H=4, Lq=3, Lk=5, valid_lens=None, seed=0):
@@ -85,14 +85,21 @@ def test_heatmaps_wrap_after_max_cols():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"weights": torch.rand(3, 3)}, "weights must have shape"),
+        ({"weights": torch.full((3, 3), 0.5)}, "weights must have shape"),
         ({"weights": torch.full((1, 2, 2), 2.0)}, r"weights must lie in \[0, 1\]"),
         ({"weights": torch.full((1, 2, 2), float("nan"))}, "finite"),
         ({"weights": "abc"}, "weights must"),
-        ({"weights": torch.rand(1, 2, 2), "query_labels": ["a"]}, "query_labels must hold 2"),
-        ({"weights": torch.rand(1, 2, 2), "key_labels": "ab"}, "key_labels must be a sequence"),
-        ({"weights": torch.rand(1, 2, 2), "max_cols": 0}, "max_cols"),
-        ({"weights": torch.rand(1, 2, 2), "valid_lens": [3]}, "valid_lens"),
+        ({"weights": torch.full((1, 2, 2), 0.5), "query_labels": ["a"]}, "query_labels must hold 2"),
+        ({"weights": torch.full((1, 2, 2), 0.5), "key_labels": "ab"}, "key_labels must be a sequence"),
+        ({"weights": torch.full((1, 2, 2), 0.5), "max_cols": 0}, "max_cols"),
+        ({"weights": torch.full((1, 2, 2), 0.5), "valid_lens": [3]}, "valid_lens"),
+        ({"weights": torch.full((1, 2, 2), 0.5), "title": 3}, "title must be a string or None"),
+        ({"weights": torch.zeros(1, 2, 2, device="meta")}, "weights must hold numbers"),
+        ({"weights": torch.full((1, 2, 2), 0.5), "valid_lens": torch.ones(1, device="meta")},
+         "valid_lens must hold numbers"),
+        ({"weights": torch.full((1, 2, 2), 0.5), "keep": torch.ones(2, dtype=torch.bool,
+                                                                      device="meta")},
+         "keep must hold booleans"),
         ({"weights": torch.full((1, 2, 2), 0.5), "valid_lens": 1}, "must be 0 on the keys"),
     ],
 )
@@ -122,7 +129,7 @@ def test_transposition_figure_follows_transpose_qkv():
 
 
 def test_decode_index_roundtrip():
-    assert decode_index((1 * 3 + 2) * 4 + 3, 3, 4) == (1, 2, 3)
+    assert _decode_index((1 * 3 + 2) * 4 + 3, 3, 4) == (1, 2, 3)
 
 
 @pytest.mark.parametrize(
@@ -140,22 +147,6 @@ def test_transposition_figure_bad_input(kwargs, match):
 from mha_lib.viz import explore, static_explorer, static_explorer_html  # noqa: E402
 from mha_lib.viz.scene import make_source, seeded_model, sentence_scene  # noqa: E402
 from mha_lib.viz.static_explorer import DIV_ID  # noqa: E402
-
-
-def _independent_weights(num_heads, valid_lens, seed=0, num_hiddens=8):
-    """The default explorer's weights, recomputed here from MultiHeadAttention directly.
-
-    The word vectors come from seed 0 (the explorer's initial seed); ``seed`` draws the
-    projections, as the explorer's seed slider does.
-    """
-    scene = sentence_scene(seed=0, num_features=num_hiddens)
-    torch.manual_seed(seed)
-    mha = mha_lib.MultiHeadAttention(num_hiddens, num_hiddens, num_hiddens, num_hiddens,
-                                     num_heads, 0.0).eval()
-    with torch.no_grad():
-        _, w = mha(scene.queries, scene.keys, scene.values, torch.tensor(valid_lens),
-                   need_weights=True)
-    return w.numpy()
 
 
 def _shown(fig):
@@ -181,7 +172,8 @@ def _assert_figure_shows(fig, weights, valid_lens, atol=1e-6):
         ({"mha": mha_lib.MultiHeadAttention(2, 2, 2, 4, 2, 0.0)}, "pass its inputs"),
         ({"keys": torch.zeros(1, 2, 3)}, "need queries"),
         ({"num_heads": 3}, "num_heads must be one of"),
-        ({"num_hiddens": 0}, "num_hiddens"),
+        ({"d_model": 0}, "d_model"),
+        ({"foo": 1}, "unexpected argument 'foo'"),
         ({"valid_lens": [7, 1]}, "valid_lens must be 2 integers in"),
         ({"queries": torch.zeros(1, 2, 3), "tokens": ["a"]}, "must hold 2 labels"),
         ({"queries": torch.zeros(2, 3)}, "queries must have 3 dimensions"),
@@ -203,7 +195,7 @@ def test_seeded_model_keeps_global_rng_and_projections_across_head_counts():
     torch.testing.assert_close(a.W_q.weight, b.W_q.weight)  # same projections, split differently
 
 
-def test_static_explorer_states_are_mha_weights():
+def test_static_explorer_states_are_mha_weights(independent_weights):
     fig = static_explorer()
     ex = fig.layout.meta["explorer"]
     assert ex["heads"] == [1, 2, 4, 8] and ex["batch_size"] == 2
@@ -217,19 +209,19 @@ def test_static_explorer_states_are_mha_weights():
         assert narrow["margin"]["l"] < wide["margin"]["l"]  # a phone layout per head count
     for i, H in enumerate(ex["heads"]):
         for lens in ([6, 4], [0, 6], [3, 1]):
-            expected = _independent_weights(H, lens)
+            expected = independent_weights(H, lens)
             for b in range(2):
                 state = np.array(ex["weights"][i][b][lens[b]], dtype=float)  # (H, Lq, Lk)
                 assert state.shape == (H, 6, 6)
                 assert np.isnan(state[..., lens[b]:]).all()
                 np.testing.assert_allclose(np.nan_to_num(state), expected[b], rtol=0, atol=6e-5)
     # The initial picture is the stored state for the initial sliders (H = 2, lengths 6 and 4).
-    _assert_figure_shows(fig, _independent_weights(2, [6, 4]), [6, 4], atol=6e-5)
+    _assert_figure_shows(fig, independent_weights(2, [6, 4]), [6, 4], atol=6e-5)
 
 
 def test_static_explorer_single_example_and_html():
     x = torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(0))
-    fig = static_explorer(queries=x, num_hiddens=4, tokens=["a", "b", "c"], decimals=3)
+    fig = static_explorer(queries=x, d_model=4, tokens=["a", "b", "c"], decimals=3)
     html = static_explorer_html(fig)
     assert f'id="{DIV_ID}"' in html and "plotly-graph-div" in html
     assert html.count('type="range"') == 2 and html.count("<label for=") == 2
@@ -240,7 +232,7 @@ def test_static_explorer_single_example_and_html():
     assert static_explorer_html(fig) == html  # deterministic
     with pytest.raises(ValueError, match="decimals"):
         static_explorer(decimals=0)
-    source = make_source(queries=x, num_hiddens=4)
+    source = make_source(queries=x, d_model=4)
     assert source.head_choices == (1, 2, 4)
 
 
@@ -354,13 +346,13 @@ def test_explorers_reject_bad_seeds(seed):
         static_explorer(seed=seed)
 
 
-def test_explorers_reject_non_finite_inputs_and_weights():
-    x = torch.randn(1, 3, 4)
+def test_explorers_reject_non_finite_inputs_and_weights(generator):
+    x = torch.randn(1, 3, 4, generator=generator)
     x[0, 1, 2] = float("nan")
     with pytest.raises(ValueError, match="queries must be finite"):
         explore(queries=x)
     with pytest.raises(ValueError, match="keys must be finite"):
-        static_explorer(queries=torch.randn(1, 3, 4), keys=x)
+        static_explorer(queries=torch.randn(1, 3, 4, generator=generator), keys=x)
     source = make_source()
     w = source.weights(2, [6, 4])
     w[0, 0, 0, 0] = float("nan")
@@ -409,3 +401,64 @@ def test_static_explorer_and_heatmaps_work_without_ipywidgets():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "live explorer needs ipywidgets"
+
+
+# ---------------------------------------------------------------- bad input names the argument
+
+import plotly.graph_objects as go  # noqa: E402
+
+from mha_lib.viz.scene import attention_weights  # noqa: E402
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"seed": 1.5}, "seed must be an integer >= 0, got 1.5"),
+    ({"scale": 0}, "scale must be a finite number > 0"),
+    ({"scale": "big"}, "scale must be a finite number > 0"),
+    ({"scale": float("inf")}, "scale must be a finite number > 0"),
+    ({"num_features": 0}, "num_features"),
+    ({"sentences": "the cat"}, "sentences"),
+])
+def test_sentence_scene_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        sentence_scene(**kwargs)
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (("scene", 2, 8, 0), "scene must come from sentence_scene"),
+    ((None, 3, 8, 0), "num_heads must divide d_model = 8, got 3"),
+    ((None, 0, 8, 0), "num_heads must be an integer >= 1"),
+    ((None, 2, 2.0, 0), "d_model must be an integer >= 1"),
+    ((None, 2, 8, -1), "seed must be an integer >= 0"),
+])
+def test_seeded_model_bad_input(args, match):
+    scene = sentence_scene()
+    with pytest.raises(ValueError, match=match):
+        seeded_model(*(scene if a is None else a for a in args[:1]), *args[1:])
+
+
+def test_attention_weights_bad_input():
+    scene = sentence_scene()
+    model = seeded_model(scene, 2, 8, 0)
+    with pytest.raises(ValueError, match="mha must be a mha_lib.MultiHeadAttention"):
+        attention_weights("model", scene, [6, 4])
+    with pytest.raises(ValueError, match="scene must come from sentence_scene"):
+        attention_weights(model, scene.queries, [6, 4])
+    for lens in ([7, 4], [6], 5, "66", torch.ones(2, device="meta")):
+        with pytest.raises(ValueError, match="valid_lens"):
+            attention_weights(model, scene, lens)
+
+
+def test_static_explorer_rejects_unknown_arguments_and_foreign_figures():
+    with pytest.raises(ValueError, match="unexpected argument 'foo'"):
+        static_explorer(foo=1)
+    with pytest.raises(ValueError, match="unexpected argument 'foo'"):
+        static_explorer_html(foo=1)
+    with pytest.raises(ValueError, match="fig must be a figure from static_explorer"):
+        static_explorer_html(go.Figure())
+    with pytest.raises(ValueError, match="fig must be a figure from static_explorer"):
+        static_explorer_html("figure")
+    fig = static_explorer(d_model=4)
+    with pytest.raises(ValueError, match="not both"):
+        static_explorer_html(fig, seed=1)
+    with pytest.raises(ValueError, match="max_cols"):
+        make_source().parts(make_source().weights(2, [6, 4]), [6, 4], max_cols=0)
