@@ -4,8 +4,8 @@ A checker of :mod:`mha_lib.exercises` names a student's mistake by a key ``(sett
 of :data:`MISTAKES`, e.g. ``("mask", "one_more")``: the *setting* is the part of the code
 that goes wrong (the mask, the softmax axis, the scaling, ...), the *value* how it goes wrong.
 A checker's mistake models (:mod:`mha_lib.exercises.core`, :mod:`mha_lib.exercises.later`,
-:mod:`mha_lib.exercises.modern`) build one implementation per key; the entry here says, in plain words, what the mistake is
-and how to find it in one's own code.
+:mod:`mha_lib.exercises.modern`) build one implementation per key; the entry here says, in
+plain words, what the mistake is and how to find it in one's own code.
 
 :data:`FAMILIES` puts every setting in a *mistake family* (masking, scores, heads, ...):
 :mod:`mha_lib.exercises.grading` gives one point per family a checker covers, so a new

@@ -208,7 +208,8 @@ def _pooled_rows(weight: Tensor, H: int, Hkv: int, spec: dict[str, str]) -> Tens
     """
     g, d, rest = H // Hkv, weight.shape[0] // H, weight.shape[1:]
     if spec.get("kv_groups") == "tiled":
-        heads = weight.reshape(g, Hkv, d, *rest).transpose(0, 1)  # (H*d, ..) -> (g, Hkv, d, ..) -> (Hkv, g, d, ..)
+        # (H*d, ..) -> (g, Hkv, d, ..) -> (Hkv, g, d, ..): group j = heads j, j + Hkv, ...
+        heads = weight.reshape(g, Hkv, d, *rest).transpose(0, 1)
     else:
         heads = weight.reshape(Hkv, g, d, *rest)  # (H*d, ..) -> (Hkv, g, d, ..)
     pool = spec.get("pool")

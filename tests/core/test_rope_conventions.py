@@ -50,14 +50,16 @@ def test_the_default_is_interleaved_and_unchanged(generator):
 def test_halves_is_hugging_face_rotate_half(generator):
     x = torch.randn(2, 3, 5, 8, generator=generator, dtype=torch.float64)
     positions = torch.arange(3, 8)
-    torch.testing.assert_close(rotary(x, positions, pairs="halves"), _halves_by_formula(x, positions))
+    torch.testing.assert_close(rotary(x, positions, pairs="halves"),
+                               _halves_by_formula(x, positions))
     torch.testing.assert_close(rotary(x, positions, 500.0, pairs="halves"),
                                _halves_by_formula(x, positions, 500.0))
 
 
 def test_the_conventions_differ(generator):
     x = torch.randn(1, 1, 4, 8, generator=generator)
-    assert not torch.allclose(rotary(x, torch.arange(4)), rotary(x, torch.arange(4), pairs="halves"))
+    positions = torch.arange(4)
+    assert not torch.allclose(rotary(x, positions), rotary(x, positions, pairs="halves"))
 
 
 def test_rope_permutation_values():
