@@ -48,8 +48,10 @@ lint: venv
 unit: venv
 	$(PY) -m pytest tests -m "not browser" -q
 
+# Every chapter runs top to bottom in a fresh kernel; its assertions carry the claims. Stored
+# outputs are compared only in cells tagged nbval-check-output (the same on every CPU).
 nbval: venv
-	$(PY) -m pytest --nbval $(CHAPTERS) --nbval-current-env \
+	$(PY) -m pytest --nbval-lax $(CHAPTERS) --nbval-current-env \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly -q
 
 browser: venv chromium
