@@ -244,7 +244,8 @@ class GroupedQueryAttention(nn.Module):
                     "positions place the queries and, in self-attention, the keys: with "
                     f"{Lq} queries but {keys.shape[1]} keys, leave positions=None"
                 )
-        valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates, device=queries.device)
+        valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
+                                            device=queries.device)
         return valid_lens, gates
 
 

@@ -166,7 +166,9 @@ class MultiHeadAttention(nn.Module):
         gates = check_head_mask(head_mask, self.num_heads, B, queries)
         if cache is not None:  # (no rule for non-finite inputs with a cache)
             num_keys = check_cached_attention(cache, queries, keys, positions)
-            return read_lens_and_gates(valid_lens, B, Lq, num_keys, gates, device=queries.device)[0], gates, None
+            valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
+                                                device=queries.device)
+            return valid_lens, gates, None
         if positions is not None:
             raise ValueError("positions place new tokens in a cache: pass cache= too")
         if valid_lens is None:  # the rule works on the device: no host read for it
@@ -308,7 +310,9 @@ def _attend_folded(q, k, v, valid_lens, attention, nonfinite) -> tuple[Tensor, T
     return out.reshape(B, H, Lq, v.shape[-1]), weights.reshape(B, H, Lq, Lk)
 
 
-def check_head_mask(head_mask: object, num_heads: int, batch_size: int, like: Tensor) -> Tensor | None:
+def check_head_mask(
+    head_mask: object, num_heads: int, batch_size: int, like: Tensor
+) -> Tensor | None:
     """Return the head gates as a (B, H) tensor of ``like``'s dtype and device, or None.
 
     Only type and shape are checked here; :func:`read_lens_and_gates` checks that the gates are
