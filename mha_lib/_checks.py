@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "as_tensor",
     "check_bool",
     "check_not_meta",
     "check_positive_int",
@@ -50,6 +51,17 @@ def check_not_meta(x: Tensor, name: str) -> Tensor:
             "pass a tensor with data, e.g. on the CPU"
         )
     return x
+
+
+def as_tensor(value: object, name: str, what: str) -> Tensor:
+    """``value`` as a tensor with data (a list of numbers is converted), else a ValueError
+    saying that ``name`` must be ``what``."""
+    if not isinstance(value, Tensor):
+        try:
+            value = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"{name} must be {what}, got {type(value).__name__}") from None
+    return check_not_meta(value, name)
 
 
 def read_scalars(*scalars: Tensor) -> list[float]:

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from mha_lib._checks import (
+    as_tensor,
     check_bool,
     check_not_meta,
     check_size,
@@ -154,12 +155,7 @@ def _read(scalars: Sequence[Tensor]) -> list[float | None]:
 
 def _as_lens_tensor(valid_lens: object) -> Tensor:
     """Valid lengths as a tensor of integers or floats (not yet checked for shape or values)."""
-    if not isinstance(valid_lens, Tensor):
-        try:
-            valid_lens = torch.as_tensor(valid_lens)
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise ValueError(f"valid_lens must be a tensor or a list of numbers: {err}") from None
-    check_not_meta(valid_lens, "valid_lens")
+    valid_lens = as_tensor(valid_lens, "valid_lens", "a tensor or a list of numbers")
     if valid_lens.dtype == torch.bool or valid_lens.is_complex():
         raise ValueError(
             f"valid_lens must hold integers or whole-number floats, got dtype {valid_lens.dtype}"
@@ -557,14 +553,7 @@ def check_positions(positions: object, batch_size: int, num_new: int) -> Tensor:
         positions: (n,) (the same for every example) or (B, n), integers.
         returns: (B, n), possibly an expanded view.
     """
-    if not isinstance(positions, Tensor):
-        try:
-            positions = torch.as_tensor(positions)
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(
-                f"positions must be a tensor of integers, got {type(positions).__name__}"
-            ) from None
-    check_not_meta(positions, "positions")
+    positions = as_tensor(positions, "positions", "a tensor of integers")
     if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
         raise ValueError(f"positions must hold integers, got dtype {positions.dtype}")
     if positions.shape not in ((num_new,), (batch_size, num_new)):

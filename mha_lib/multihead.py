@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mha_lib._checks import (
+    as_tensor,
     check_bool,
-    check_not_meta,
     check_positive_int,
     check_probability,
     quiet_when_traced,
@@ -327,15 +327,9 @@ def check_head_mask(
     if head_mask is None:
         return None
     H = num_heads
-    try:
-        head_mask = torch.as_tensor(head_mask)
-    except (TypeError, ValueError, RuntimeError):
-        raise ValueError(
-            f"head_mask must be a tensor of gates (numbers), got {type(head_mask).__name__}"
-        ) from None
+    head_mask = as_tensor(head_mask, "head_mask", "a tensor of gates (numbers)")
     if head_mask.dtype == torch.bool or head_mask.is_complex():
         raise ValueError(f"head_mask must hold real numbers, got dtype {head_mask.dtype}")
-    check_not_meta(head_mask, "head_mask")
     head_mask = head_mask.to(dtype=like.dtype, device=like.device)  # keeps its gradient
     if head_mask.shape not in ((H,), (batch_size, H)):
         raise ValueError(
