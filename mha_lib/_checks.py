@@ -45,7 +45,7 @@ def check_tensor(x: object, name: str, ndim: int | tuple[int, ...]) -> Tensor:
 
 def check_not_meta(x: Tensor, name: str) -> Tensor:
     """Return ``x`` unless it lives on the ``meta`` device (shapes only, no numbers to compute with)."""
-    if x.device.type == "meta":
+    if x.is_meta:
         raise ValueError(
             f"{name} is on the meta device (a shape without numbers, shape {tuple(x.shape)}): "
             "pass a tensor with data, e.g. on the CPU"
@@ -73,7 +73,8 @@ def read_scalars(*scalars: Tensor) -> list[float]:
     if not scalars:
         return []
     device = scalars[0].device
-    return torch.stack([s.to(device=device, dtype=torch.float64) for s in scalars]).tolist()
+    return torch.stack([s if s.dtype == torch.float64 and s.device == device
+                        else s.to(device=device, dtype=torch.float64) for s in scalars]).tolist()
 
 
 def check_positive_int(value: object, name: str) -> int:

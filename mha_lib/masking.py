@@ -115,8 +115,11 @@ def read_valid_lens(
         values = _read(also)
         lowest = highest = None
     else:
-        lowest, highest, whole, *values = read_scalars(*_lens_summary(lens), *also)
-        _check_lens_values(lens, lowest, highest, whole, num_keys)
+        summary = _lens_summary(lens)
+        lowest, highest, *values = read_scalars(*summary, *also)
+        if len(summary) == 3:  # floats: whether every entry is a whole number
+            _check_whole(lens, values.pop(0))
+        _check_lens_values(lens, lowest, highest, num_keys)
         lowest, highest = int(lowest), int(highest)
     lens = lens.long() if device is None else lens.to(device=device, dtype=torch.long)
     return CheckedLens(lens, lowest, highest), values
@@ -180,20 +183,23 @@ def _check_lens_shape(valid_lens: Tensor, batch_size: int, num_queries: int) -> 
         )
 
 
-def _lens_summary(valid_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Smallest entry, largest entry, and 1 if every entry is a whole number: 0-d tensors."""
+def _lens_summary(valid_lens: Tensor) -> tuple[Tensor, ...]:
+    """Smallest entry, largest entry and, for floats, 1 if every entry is a whole number:
+    0-d tensors, to be read at once."""
     lowest, highest = torch.aminmax(valid_lens)  # one pass for both
-    if valid_lens.is_floating_point():
-        whole = (torch.isfinite(valid_lens) & (valid_lens == valid_lens.round())).all()
-    else:
-        whole = torch.ones((), device=valid_lens.device)
+    if not valid_lens.is_floating_point():
+        return lowest, highest
+    whole = (torch.isfinite(valid_lens) & (valid_lens == valid_lens.round())).all()
     return lowest, highest, whole
 
 
-def _check_lens_values(valid_lens: Tensor, lowest, highest, whole, num_keys: int) -> None:
-    """Raise unless every entry is a whole number in [0, Lk] (from the values read at once)."""
+def _check_whole(valid_lens: Tensor, whole: float) -> None:
     if not whole:
         raise ValueError(f"valid_lens must be whole numbers, got {valid_lens.tolist()}")
+
+
+def _check_lens_values(valid_lens: Tensor, lowest, highest, num_keys: int) -> None:
+    """Raise unless every entry lies in [0, Lk] (from the values read at once)."""
     if lowest < 0:
         raise ValueError(f"valid_lens must be >= 0, got {valid_lens.tolist()}")
     if highest > num_keys:

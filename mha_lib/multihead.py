@@ -34,6 +34,7 @@ from mha_lib._checks import (
     check_bool,
     check_positive_int,
     check_probability,
+    check_tensor,
     quiet_when_traced,
 )
 from mha_lib.attention import DotProductAttention, FiniteDotProductAttention, check_qkv
@@ -211,7 +212,7 @@ def attend_heads(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    valid_lens: CheckedLens | None,
+    valid_lens: CheckedLens | Tensor | None,
     attention: DotProductAttention,
     *,
     need_weights: bool = False,
@@ -234,14 +235,20 @@ def attend_heads(
     Shapes:
         q: (B, H, Lq, d)
         k, v: (B, Hkv, Lk, d), Hkv dividing H
-        valid_lens: None, or a checked (B,) or (B, Lq)
+        valid_lens: None, (B,) or (B, Lq); a :class:`~mha_lib.masking.CheckedLens` is not read
+            again (the layers check theirs once, with everything else they read)
         gates: None or (B, H), multiplying each head's output
         returns: out (B, H, Lq, d) and weights (B, H, Lq, Lk) (None without ``need_weights``)
 
     Args:
         attention: gives the dropout rate (in training mode), and computes the weights path.
         nonfinite: ``MultiHeadAttention``'s rule for NaN and infinite inputs, or None.
+
+    Raises:
+        ValueError: tensors of other shapes, dtypes or devices, ``attention`` not a
+            ``DotProductAttention``, bad valid lengths or gates.
     """
+    valid_lens = _check_heads(q, k, v, valid_lens, attention, need_weights, gates)
     if nonfinite is not None:
         k, v = nonfinite.usable(k), nonfinite.usable(v)
     if valid_lens is not None and valid_lens.lowest == k.shape[2]:
@@ -253,6 +260,33 @@ def attend_heads(
     if gates is not None:
         out = out * gates[:, :, None, None]  # (B, H) -> (B, H, 1, 1)
     return out, weights
+
+
+@quiet_when_traced
+def _check_heads(q, k, v, valid_lens, attention, need_weights, gates) -> CheckedLens | None:
+    """The checks of :func:`attend_heads`; returns the checked valid lengths."""
+    check_tensor(q, "q", 4)
+    check_tensor(k, "k", 4)
+    check_tensor(v, "v", 4)
+    B, H, Lq, d = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != d or H % Hkv:
+        raise ValueError(
+            "k and v must both have shape (B, Hkv, Lk, d) with the queries' B and d and Hkv "
+            f"dividing H: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype or x.device != q.device:
+            raise ValueError(f"{name} is {x.dtype} on {x.device}, q is {q.dtype} on {q.device}")
+    if not isinstance(attention, DotProductAttention):
+        raise ValueError(
+            f"attention must be a mha_lib.DotProductAttention, got {type(attention).__name__}"
+        )
+    check_bool(need_weights, "need_weights")
+    if gates is not None and (not isinstance(gates, Tensor) or gates.shape != (B, H)):
+        raise ValueError(f"gates must be a tensor of shape (B, H) = ({B}, {H}), got {gates!r}")
+    valid_lens, _ = read_valid_lens(valid_lens, B, Lq, Lk, device=q.device)
+    return valid_lens
 
 
 def _attend_fused(q, k, v, valid_lens, attention, nonfinite) -> Tensor:
@@ -414,7 +448,11 @@ def check_cached_attention(cache: object, queries: Tensor, keys: Tensor, positio
 
 
 def cached_keys_values(
-    cache, k: Tensor, v: Tensor, valid_lens: CheckedLens | None, positions: Tensor | None
+    cache: AttentionCache,
+    k: Tensor,
+    v: Tensor,
+    valid_lens: CheckedLens | Tensor | None,
+    positions: Tensor | None,
 ) -> tuple[Tensor, Tensor, CheckedLens | None]:
     """Store the new keys and values in ``cache``; return all cached ones and the valid lengths.
 
@@ -425,12 +463,18 @@ def cached_keys_values(
 
     Shapes:
         k, v: (B, Hkv, n, d), the new positions
-        valid_lens: None, or checked (B,) or (B, n)
+        valid_lens: None, (B,) or (B, n) (a CheckedLens is not read again)
         returns: keys and values (B, Hkv, L + n, d), and the valid lengths (B, n) of the new
             queries (None when each may see everything)
     """
+    if not isinstance(cache, AttentionCache):
+        raise ValueError(
+            f"cache must be a mha_lib.decoding.KVCache or one of its layers, got {type(cache).__name__}"
+        )
+    check_tensor(k, "k", 4)
     B, _, n, _ = k.shape
     L = len(cache)
+    valid_lens, _ = read_valid_lens(valid_lens, B, n, L + n, device=k.device)
     k_all, v_all = cache.update(k, v, positions)  # (B, Hkv, L + n, d)
     if positions is None:  # query i sits at position L + i
         if valid_lens is None and n == 1:
