@@ -4,10 +4,11 @@
   vendored under ``_static/vendor``; heatmap, scatter and bar traces, a third of the full
   bundle) at the version of the plotly.js inside the plotly wheel, and loads it, as a blocking
   script before any other, only on pages that draw a plotly figure, followed by
-  ``mha-figures.js`` (text alternatives, phone layouts; see ``mha_lib.book.plotly_mime``);
+  ``mha-figures.js`` (phone layouts, and dark figures in the theme's dark mode; see
+  ``mha_lib.book.plotly_mime``);
 * adds the site's stylesheet ``mha-site.css`` (no sideways scrolling on a phone, link
-  contrast, the kernel-free explorer's controls) and ``mha-site.js`` (scrollable regions
-  reachable with the keyboard);
+  contrast, the kernel-free explorer's controls, the search field kept on screen) and
+  ``mha-site.js`` (scrollable regions reachable with the keyboard);
 * Font Awesome on a diet: drops its 1.5 MB SVG-injecting script from every page (the theme
   also links Font Awesome's CSS and web fonts, which draw the same icons), and cuts that CSS
   and the solid web font down to the icons the built pages and stylesheets use (250 kB -> a
@@ -17,6 +18,10 @@
   widgets' state (megabytes of JavaScript for a plotly ``FigureWidget``), and myst-nb would
   embed it in the page and load the widget manager from a CDN. Without a kernel those widgets
   could not react anyway; the chapters offer kernel-free explorers instead;
+* links each of its own files once, on the pages that need it: Jupyter Book lists every
+  ``.js`` and ``.css`` file under ``_static`` in ``html_js_files``/``html_css_files``, which
+  loaded plotly.js (1.5 MB) on every page, a second time after ``mha-figures.js`` on pages
+  with figures (replacing the ``Plotly`` object that script prepared), and the stylesheet twice;
 * removes sphinx-thebe's scripts: the book has no live-code launch button, and Jupyter Book
   1.0.4 registers thebe's configuration script twice, which logs
   ``Identifier 'THEBE_JS_URL' has already been declared`` on every page.
@@ -95,6 +100,15 @@ def _drop_widget_state(app, doctree) -> None:
     js_files = getattr(app.env, "nb_metadata", {}).get(app.env.docname, {}).get("js_files", {})
     for key in [k for k in js_files if k.startswith("ipywidgets")]:
         del js_files[key]
+
+
+def _own_assets_once(app, config) -> None:
+    ours = {SITE_CSS, SITE_JS, FIGURES_JS, PLOTLY_JS}
+    for key in ("html_js_files", "html_css_files"):
+        files = list(getattr(config, key, None) or [])
+        kept = [f for f in files if (f[0] if isinstance(f, (tuple, list)) else f) not in ours]
+        if len(kept) != len(files):
+            setattr(config, key, kept)
 
 
 def _mathjax_components(app, config) -> None:
@@ -288,6 +302,7 @@ def setup(app):
     app.connect("builder-inited", _check_plotly_js)
     app.connect("doctree-read", _drop_widget_state)
     app.connect("config-inited", _mathjax_components)
+    app.connect("config-inited", _own_assets_once)
     app.connect("html-page-context", _page_assets)
     app.connect("build-finished", _lighten_pages)
     app.add_css_file(SITE_CSS)
