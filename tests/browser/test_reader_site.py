@@ -5,7 +5,8 @@ page that leads to every chapter.
   then scrolls the chapter list to the current chapter), one search control is on screen and
   not covered, before and after scrolling half-way down the page; Ctrl+K (laptop) or a tap
   on it (phone) opens the search box with the cursor in it; a typed query reaches the results
-  page and lists matching pages, offline.
+  page and lists matching pages, offline. A reader who hides the chapter list on a laptop
+  gets the header's search button instead.
 * Dark mode: a reader who switches the theme to dark after the page loaded gets every plotly
   figure redrawn with the page's dark background and light text (contrast at least 4.5:1
   against the figure's background) and the same colour scales; switching back restores the
