@@ -27,8 +27,9 @@
   ``Identifier 'THEBE_JS_URL' has already been declared`` on every page.
 
 Stylesheets on a diet too: Bootstrap's full CSS (200 kB, linked by the theme), the theme's,
-myst-nb's and sphinx-design's are cut down to the rules whose class names occur somewhere in the built pages or in the
-site's scripts (:func:`purge_css`, a conservative "unused CSS" removal).
+myst-nb's, sphinx-design's, Sphinx's ``basic.css`` and the Pygments colours are cut down to
+the rules whose class names occur somewhere in the built pages or in the site's scripts
+(:func:`purge_css`, a conservative "unused CSS" removal); sphinx-thebe's stylesheet goes.
 
 MathJax is loaded by Sphinx only on pages that contain maths (``has_equations``); here as
 MathJax's components (startup, core, TeX input, CHTML output: 0.8 MB) instead of the combined
@@ -124,11 +125,13 @@ def _page_assets(app, pagename, templatename, context, doctree) -> None:
     if "plotly-graph-div" in body:
         app.add_js_file(PLOTLY_JS, priority=1)
         app.add_js_file(FIGURES_JS, priority=2)
+    unused = ["sphinx-thebe"]  # its stylesheet: thebe's scripts are gone (see _drop_thebe)
     if not _DESIGN_CLASS.search(body):
-        for key in ("css_files", "script_files"):
-            context[key] = [asset for asset in context.get(key, [])
-                            if not any(name in str(getattr(asset, "filename", asset))
-                                       for name in ("sphinx-design", "design-tabs"))]
+        unused += ["sphinx-design", "design-tabs"]
+    for key in ("css_files", "script_files"):
+        context[key] = [asset for asset in context.get(key, [])
+                        if not any(name in str(getattr(asset, "filename", asset))
+                                   for name in unused)]
 
 
 def strip_fontawesome_js(html: str) -> str:
@@ -208,7 +211,7 @@ def subset_fontawesome(outdir: Path) -> None:
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _SELECTOR_CLASS = re.compile(r"\.(-?[A-Za-z_][A-Za-z0-9_-]*)")
 PURGED_CSS = ("styles/bootstrap.css", "styles/pydata-sphinx-theme.css", "mystnb.*.css",
-              "sphinx-design.min.css")
+              "sphinx-design.min.css", "basic.css", "pygments.css")
 
 
 def _split_selectors(prelude: str) -> list[str]:
@@ -304,7 +307,8 @@ def setup(app):
     app.connect("config-inited", _mathjax_components)
     app.connect("config-inited", _own_assets_once)
     app.connect("html-page-context", _page_assets)
-    app.connect("build-finished", _lighten_pages)
+    # after the theme's own build-finished handlers (pydata-sphinx-theme rewrites pygments.css)
+    app.connect("build-finished", _lighten_pages, priority=900)
     app.add_css_file(SITE_CSS)
     app.add_js_file(SITE_JS, loading_method="defer")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -4,7 +4,8 @@ page that leads to every chapter.
 * Search: on every page, at 1366 x 900 and 390 x 844, in a fresh browser context (the theme
   then scrolls the chapter list to the current chapter), one search control is on screen and
   not covered, before and after scrolling half-way down the page; Ctrl+K (laptop) or a tap
-  on it (phone) opens the search box with the cursor in it; a typed query reaches the results
+  on it (phone) opens the search box with the cursor in it (its text clear of the magnifying
+  glass drawn over it); a typed query reaches the results
   page and lists matching pages, offline. A reader who hides the chapter list on a laptop
   gets the header's search button instead.
 * Dark mode: a reader who switches the theme to dark after the page loaded gets every plotly
@@ -45,6 +46,16 @@ _ON_SCREEN_JS = """(selector) => [...document.querySelectorAll(selector)].filter
 }).length"""
 
 
+# The focused search box's text starts right of the magnifying glass the theme draws over it.
+_TEXT_CLEAR_OF_ICON_JS = """() => {
+  const box = document.activeElement;
+  const icon = box.parentElement.querySelector(".fa-magnifying-glass");
+  if (!icon) return true;
+  const start = box.getBoundingClientRect().left + parseFloat(getComputedStyle(box).paddingLeft);
+  return start >= icon.getBoundingClientRect().right;
+}"""
+
+
 def _open(page, url: str) -> None:
     response = page.goto(url, wait_until="load")
     assert response is not None and response.ok, url
@@ -73,6 +84,7 @@ def test_search_is_on_the_first_screen_and_finds_pages(open_context, site_url, p
     page.wait_for_function(  # the cursor in a search box the reader can see
         "() => { const el = document.activeElement;"
         " return el && el.name === 'q' && el.getBoundingClientRect().width > 50; }", timeout=3_000)
+    assert page.evaluate(_TEXT_CLEAR_OF_ICON_JS), f"{path}: the magnifying glass covers the typed text"
     page.keyboard.type(QUERY)
     with page.expect_navigation():
         page.keyboard.press("Enter")
