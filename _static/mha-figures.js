@@ -170,8 +170,13 @@
     parsed[text] = value;
     return value;
   }
-  function toLinear(c) { c /= 255; return c <= 0.04045 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4); }
-  function fromLinear(c) { return c <= 0.0031308 ? 12.92 * c : 1.055 * Math.pow(c, 1 / 2.4) - 0.055; }
+  function toLinear(c) {  // an sRGB channel (0-255) -> linear light (0-1)
+    c /= 255;
+    return c <= 0.04045 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4);
+  }
+  function fromLinear(c) {
+    return c <= 0.0031308 ? 12.92 * c : 1.055 * Math.pow(c, 1 / 2.4) - 0.055;
+  }
   function f(t) { return t > 216 / 24389 ? Math.cbrt(t) : t * 24389 / 27 / 116 + 16 / 116; }
   function finv(t) { return t > 6 / 29 ? t * t * t : 3 * 36 / 841 * (t - 4 / 29); }
   function luminance(c) {
@@ -197,9 +202,11 @@
       A *= 0.93; B *= 0.93;
       lin = labToRgb(L, A, B);
     }
-    var c = lin.map(function (v) { return Math.round(255 * fromLinear(Math.min(1, Math.max(0, v)))); });
-    return alpha < 1 ? "rgba(" + c.join(", ") + ", " + alpha + ")"
-                     : "#" + c.map(function (v) { return (256 + v).toString(16).slice(1); }).join("");
+    var c = lin.map(function (v) {
+      return Math.round(255 * fromLinear(Math.min(1, Math.max(0, v))));
+    });
+    if (alpha < 1) return "rgba(" + c.join(", ") + ", " + alpha + ")";
+    return "#" + c.map(function (v) { return (256 + v).toString(16).slice(1); }).join("");
   }
   function contrast(y1, y2) { return (Math.max(y1, y2) + 0.05) / (Math.min(y1, y2) + 0.05); }
 
@@ -308,8 +315,12 @@
     return raw.call(Plotly, gd, dark ? window.mhaDarkData(data || []) : data,
                     dark ? window.mhaDarkLayout(layout || {}) : layout, config);
   }
-  Plotly.newPlot = function (gd, data, layout, config) { return draw(rawNewPlot, gd, data, layout, config); };
-  Plotly.react = function (gd, data, layout, config) { return draw(rawReact, gd, data, layout, config); };
+  Plotly.newPlot = function (gd, data, layout, config) {
+    return draw(rawNewPlot, gd, data, layout, config);
+  };
+  Plotly.react = function (gd, data, layout, config) {
+    return draw(rawReact, gd, data, layout, config);
+  };
 
   function redrawAll() {
     var theme = isDark() ? "dark" : "light";

@@ -5,9 +5,8 @@ page that leads to every chapter.
   then scrolls the chapter list to the current chapter), one search control is on screen and
   not covered, before and after scrolling half-way down the page; Ctrl+K (laptop) or a tap
   on it (phone) opens the search box with the cursor in it (its text clear of the magnifying
-  glass drawn over it); a typed query reaches the results
-  page and lists matching pages, offline. A reader who hides the chapter list on a laptop
-  gets the header's search button instead.
+  glass drawn over it); a typed query reaches the results page and lists matching pages,
+  offline. A reader who hides the chapter list on a laptop gets the header's search button.
 * Dark mode: a reader who switches the theme to dark after the page loaded gets every plotly
   figure redrawn with the page's dark background and light text (contrast at least 4.5:1
   against the figure's background) and the same colour scales; switching back restores the
@@ -84,7 +83,7 @@ def test_search_is_on_the_first_screen_and_finds_pages(open_context, site_url, p
     page.wait_for_function(  # the cursor in a search box the reader can see
         "() => { const el = document.activeElement;"
         " return el && el.name === 'q' && el.getBoundingClientRect().width > 50; }", timeout=3_000)
-    assert page.evaluate(_TEXT_CLEAR_OF_ICON_JS), f"{path}: the magnifying glass covers the typed text"
+    assert page.evaluate(_TEXT_CLEAR_OF_ICON_JS), f"{path}: the icon covers the typed text"
     page.keyboard.type(QUERY)
     with page.expect_navigation():
         page.keyboard.press("Enter")
@@ -118,7 +117,8 @@ def test_search_stays_on_screen_when_the_chapter_list_is_hidden(open_context, si
 # scales plotly drew with.
 _FIGURES_JS = """() => {
   const rgb = (text) => {
-    const m = /rgba?\\(([\\d.]+),\\s*([\\d.]+),\\s*([\\d.]+)(?:,\\s*([\\d.]+))?\\)/.exec(text || "");
+    const re = /rgba?\\(([\\d.]+),\\s*([\\d.]+),\\s*([\\d.]+)(?:,\\s*([\\d.]+))?\\)/;
+    const m = re.exec(text || "");
     return m ? [+m[1], +m[2], +m[3], m[4] === undefined ? 1 : +m[4]] : null;
   };
   const page = rgb(getComputedStyle(document.body).backgroundColor);
@@ -228,7 +228,8 @@ EXPLORER_PAGE = "chapters/04_exploring_heads.html"
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
 def test_dark_page_draws_dark_figures_and_explorer_stays_dark(open_context, site_url, viewport):
     page = open_context(viewport)
-    page.add_init_script("localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark')")
+    page.add_init_script(
+        "localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark')")
     _open(page, site_url + EXPLORER_PAGE)
     assert _check_theme(page.evaluate(_FIGURES_JS), "dark") == []
 
@@ -238,8 +239,8 @@ def test_dark_page_draws_dark_figures_and_explorer_stays_dark(open_context, site
     heads.scroll_into_view_if_needed()
     heads.focus()
     page.keyboard.press("End")
-    page.wait_for_function("(s) => document.getElementById('mha-static-explorer').dataset.state !== s",
-                           arg=before)
+    page.wait_for_function(
+        "(s) => document.getElementById('mha-static-explorer').dataset.state !== s", arg=before)
     assert _check_theme(page.evaluate(_FIGURES_JS), "dark") == []
     assert page.external_requests == []
     assert page.console_errors == []
