@@ -26,6 +26,8 @@ from typing import ClassVar
 
 from docutils import nodes
 
+__all__ = ["PLOTLY_MIME", "PlotlyMimeRenderer", "figure_html"]
+
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 CONFIG = {"responsive": True, "displaylogo": False, "displayModeBar": False}
 

@@ -44,6 +44,8 @@ from pathlib import Path
 
 from sphinx.util import logging
 
+__all__ = ["setup"]
+
 logger = logging.getLogger(__name__)
 
 STATIC = Path(__file__).resolve().parents[2] / "_static"
