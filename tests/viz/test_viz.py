@@ -296,7 +296,7 @@ def test_heatmaps_keep_mask_greys_exactly_the_hidden_cells():
     keep = torch.rand(2, 1, 1, 5) > 0.5  # (B, 1, 1, Lk): one random key mask per example
     keep[..., 0] = True
     scores = torch.randn(2, 3, 4, 5)
-    w = mha_lib.masked_softmax_keep(scores, keep)  # (B, H, Lq, Lk)
+    w = mha_lib.softmax_over_kept(scores, keep.expand(2, 3, 4, 5))  # (B, H, Lq, Lk)
     fig = attention_heatmaps(w, keep=keep)
     for trace in fig.data:
         b, h = trace.meta["example"], trace.meta["head"]
@@ -308,7 +308,7 @@ def test_heatmaps_keep_mask_greys_exactly_the_hidden_cells():
     # one example given as (H, Lq, Lk) with a per-head mask
     per_head = torch.ones(3, 4, 5, dtype=torch.bool)
     per_head[1, :, 2] = False
-    fig = attention_heatmaps(mha_lib.masked_softmax_keep(scores[0], per_head), keep=per_head)
+    fig = attention_heatmaps(mha_lib.softmax_over_kept(scores[0], per_head), keep=per_head)
     assert np.isnan(_z(fig.data[1])[:, 2]).all() and not np.isnan(_z(fig.data[0])).any()
 
 
