@@ -47,7 +47,7 @@ def check_not_meta(x: Tensor, name: str) -> Tensor:
     """Return ``x`` unless it lives on the ``meta`` device (shapes only, no numbers to compute with)."""
     if x.is_meta:
         raise ValueError(
-            f"{name} must hold values, got a tensor on the meta device (a shape without "
+            f"{name} must hold values, but {name} is on the meta device (a shape without "
             f"numbers, {tuple(x.shape)}): pass a tensor with data, e.g. on the CPU"
         )
     return x
