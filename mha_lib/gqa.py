@@ -210,7 +210,7 @@ class GroupedQueryAttention(nn.Module):
             start = 0 if cache is None else len(cache)
             positions = torch.arange(start, start + Lq, device=q.device)  # (Lq,)
         else:
-            positions = check_positions(positions, B, Lq).to(q.device)[:, None]  # (B, 1, Lq)
+            positions = check_positions(positions, B, Lq).to(q.device)  # (B, Lq)
         key_positions = positions if Lk == Lq else torch.arange(Lk, device=k.device)
         return rotary(q, positions), rotary(k, key_positions)
 

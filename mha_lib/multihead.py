@@ -36,6 +36,7 @@ from mha_lib._checks import (
     check_probability,
     check_tensor,
     quiet_when_traced,
+    tracing,
 )
 from mha_lib.attention import DotProductAttention, FiniteDotProductAttention, check_qkv
 from mha_lib.heads import merge_heads, split_heads
@@ -300,9 +301,11 @@ def _attend_fused(q, k, v, valid_lens, attention, nonfinite) -> Tensor:
     dropout_p = attention.dropout.p if attention.training else 0.0
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
                                          enable_gqa=_grouped(q, k))  # (B, H, Lq, d)
+    # Write over the kernel's output, unless autograd keeps it (or a graph is being recorded)
+    mine = not (out.requires_grad or tracing())
     if empty is not None:  # a query with nothing to keep attended anywhere: zero it
-        out = out.masked_fill(empty, 0.0)
-    return out if nonfinite is None else nonfinite.spoil(out)
+        out = out.masked_fill_(empty, 0.0) if mine else out.masked_fill(empty, 0.0)
+    return out if nonfinite is None else nonfinite.spoil(out, inplace=mine)
 
 
 @quiet_when_traced
@@ -550,9 +553,10 @@ class _NonFiniteRule(NamedTuple):
         nan_rows = torch.zeros(B, Lq, dtype=queries.dtype, device=queries.device)
         return cls(nan_rows.masked_fill(broken, float("nan")), finite_kv)
 
-    def spoil(self, x: Tensor) -> Tensor:
+    def spoil(self, x: Tensor, inplace: bool = False) -> Tensor:
         """x + NaN on the broken rows: x (B, H, Lq, ...) with the rows of (B, Lq)."""
-        return x + self.nan_rows[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
+        rows = self.nan_rows[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
+        return x.add_(rows) if inplace else x + rows
 
     def usable(self, x: Tensor) -> Tensor:
         """Keys or values (B, Hkv, Lk, d) with the non-finite pairs zeroed."""

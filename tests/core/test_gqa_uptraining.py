@@ -67,7 +67,7 @@ def test_keeps_dtype_training_mode_dropout_and_leaves_mha_alone(mha_factory):
     torch.manual_seed(0)
     trained = MultiHeadAttention(8, 8, 8, 8, 2, 0.25).train()
     out = gqa_from_mha(trained, 1)
-    assert out.training and out.dropout.p == 0.25
+    assert out.training and out.attention.dropout.p == 0.25
 
 
 @pytest.mark.parametrize("make, Hkv, match", [
