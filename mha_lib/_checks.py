@@ -47,8 +47,8 @@ def check_not_meta(x: Tensor, name: str) -> Tensor:
     """Return ``x`` unless it lives on the ``meta`` device (shapes only, no numbers to compute with)."""
     if x.is_meta:
         raise ValueError(
-            f"{name} is on the meta device (a shape without numbers, shape {tuple(x.shape)}): "
-            "pass a tensor with data, e.g. on the CPU"
+            f"{name} must hold values, but {name} is on the meta device (a shape without "
+            f"numbers, {tuple(x.shape)}): pass a tensor with data, e.g. on the CPU"
         )
     return x
 

@@ -383,20 +383,20 @@ def test_meta_tensors_are_refused_by_name():
     q, k, v = torch.randn(2, 3, 5), torch.randn(2, 4, 4), torch.randn(2, 4, 3)
     meta = lambda x: x.to("meta")  # noqa: E731
     for args, message in (
-        ((meta(q), k, v), "queries is on the meta device"),
-        ((q, meta(k), v), "keys is on the meta device"),
-        ((q, k, v, meta(torch.tensor([4, 2]))), "valid_lens is on the meta device"),
+        ((meta(q), k, v), "queries must hold values, but queries is on the meta device"),
+        ((q, meta(k), v), "keys must hold values, but keys is on the meta device"),
+        ((q, k, v, meta(torch.tensor([4, 2]))), "valid_lens must hold values, but valid_lens is on the meta device"),
     ):
         for need_weights in (False, True):
             with pytest.raises(ValueError, match=message):
                 mha(*args, need_weights=need_weights)
-    with pytest.raises(ValueError, match="head_mask is on the meta device"):
+    with pytest.raises(ValueError, match="head_mask must hold values, but head_mask is on the meta device"):
         mha(q, k, v, head_mask=torch.ones(2, device="meta"))
-    with pytest.raises(ValueError, match="X is on the meta device"):
+    with pytest.raises(ValueError, match="X must hold values, but X is on the meta device"):
         masked_softmax(torch.ones(2, 3, 4, device="meta"), [1, 2])
-    with pytest.raises(ValueError, match="valid_lens is on the meta device"):
+    with pytest.raises(ValueError, match="valid_lens must hold values, but valid_lens is on the meta device"):
         check_valid_lens(torch.tensor([1, 2], device="meta"), 2, 3, 4)
-    with pytest.raises(ValueError, match="mask is on the meta device"):
+    with pytest.raises(ValueError, match="mask must hold values, but mask is on the meta device"):
         keep_to_padding(torch.ones(2, dtype=torch.bool, device="meta"))
-    with pytest.raises(ValueError, match="X is on the meta device"):
+    with pytest.raises(ValueError, match="X must hold values, but X is on the meta device"):
         split_heads(torch.ones(1, 2, 4, device="meta"), 2)
