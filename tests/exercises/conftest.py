@@ -97,6 +97,18 @@ def {name}(q, k, v, block_size):
         m = m_new
     return acc / total[..., None]
 ''',
+    "check_rotary": '''\
+import torch
+
+
+def {name}(x, positions):
+    d = x.shape[-1]
+    theta = 10000.0 ** (-2 * torch.arange(d // 2, dtype=x.dtype) / d)  # (d/2,)
+    angle = positions.to(x.dtype)[:, None] * theta  # (L, d/2)
+    cos, sin = angle.cos(), angle.sin()
+    a, b = x[..., : d // 2], x[..., d // 2:]  # the mistake: halves, not pairs (2i, 2i+1)
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+''',
     "check_gqa_from_mha": '''\
 import torch
 from mha_lib.gqa import GroupedQueryAttention
@@ -125,6 +137,7 @@ _MISTAKE = {
     "check_multihead_attention": ("lens", "repeat"),
     "check_tiled_attention": ("accumulator", "not_rescaled"),
     "check_gqa_from_mha": ("kv_groups", "tiled"),
+    "check_rotary": ("pairs", "halves"),
 }
 
 

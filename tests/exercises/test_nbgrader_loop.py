@@ -21,7 +21,8 @@ from mha_lib import exercises
 from mha_lib.book import assignments
 from mha_lib.exercises.catalogue import FAMILIES
 
-NAMES = ["01_model", "02_transposition", "03_implementation", "10_grouped_query_attention",
+NAMES = ["01_model", "02_transposition", "03_implementation", "03b_positions_and_block",
+         "10_grouped_query_attention",
          "11_flash_attention"]
 ASSIGNMENT = "session"  # one assignment with these chapters: one nbgrader run per step
 SOLUTION_MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\n", re.MULTILINE)
@@ -84,7 +85,7 @@ def test_generate_submit_autograde_feedback(tmp_path, root, wrong_answers):
             nbformat.write(submission(fresh, source, mistakes, wrong_answers), folder / f"{name}.ipynb")
     assert sum(len(checked[name]) for name in NAMES[:3]) >= 6, checked  # chapters 1-3
     assert {checker for c in checked.values() for checker, _ in c.values()} >= {
-        "check_gqa_from_mha", "check_tiled_attention"}, checked  # the exercises of chapters 10, 11
+        "check_rotary", "check_gqa_from_mha", "check_tiled_attention"}, checked  # 3b, 10, 11
     assignments.nbgrader(course, "autograde", ASSIGNMENT, "--force")
     assignments.nbgrader(course, "generate_feedback", ASSIGNMENT, "--force")
 
