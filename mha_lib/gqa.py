@@ -45,6 +45,7 @@ from mha_lib.multihead import (
     cached_keys_values,
     check_cached_attention,
     check_head_mask,
+    check_head_shapes,
     read_lens_and_gates,
 )
 from mha_lib.positions import rotary
@@ -77,16 +78,9 @@ def grouped_attention(
         returns: output (B, H, Lq, d) and weights (B, H, Lq, Lk) (before dropout); a query
             row that may attend to nothing gets zero weights and a zero output.
     """
-    check_tensor(q, "q", 4)
-    check_tensor(k, "k", 4)
-    check_tensor(v, "v", 4)
+    check_head_shapes(q, k, v)
     B, H, Lq, d = q.shape
     Hkv, Lk = k.shape[1], k.shape[2]
-    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != d or H % Hkv:
-        raise ValueError(
-            "k and v must both have shape (B, Hkv, Lk, d) with the queries' B and d and Hkv "
-            f"dividing H: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
     g = H // Hkv
     q = q.reshape(B, Hkv, g, Lq, d)  # (B, H, Lq, d) -> (B, Hkv, g, Lq, d)
     k, v = k[:, :, None], v[:, :, None]  # (B, Hkv, Lk, d) -> (B, Hkv, 1, Lk, d)

@@ -49,6 +49,7 @@ __all__ = [
     "cached_keys_values",
     "check_cached_attention",
     "check_head_mask",
+    "check_head_shapes",
     "read_lens_and_gates",
 ]
 
@@ -263,19 +264,27 @@ def attend_heads(
     return out, weights
 
 
-@quiet_when_traced
-def _check_heads(q, k, v, valid_lens, attention, need_weights, gates) -> CheckedLens | None:
-    """The checks of :func:`attend_heads`; returns the checked valid lengths."""
+def check_head_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Raise a ``ValueError`` unless q is (B, H, Lq, d) and k, v are (B, Hkv, Lk, d) with the
+    queries' B and d and Hkv dividing H (Hkv = H for multi-head attention)."""
     check_tensor(q, "q", 4)
     check_tensor(k, "k", 4)
     check_tensor(v, "v", 4)
-    B, H, Lq, d = q.shape
-    Hkv, Lk = k.shape[1], k.shape[2]
+    B, H, _, d = q.shape
+    Hkv = k.shape[1]
     if k.shape != v.shape or k.shape[0] != B or k.shape[3] != d or H % Hkv:
         raise ValueError(
             "k and v must both have shape (B, Hkv, Lk, d) with the queries' B and d and Hkv "
             f"dividing H: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
+
+
+@quiet_when_traced
+def _check_heads(q, k, v, valid_lens, attention, need_weights, gates) -> CheckedLens | None:
+    """The checks of :func:`attend_heads`; returns the checked valid lengths."""
+    check_head_shapes(q, k, v)
+    B, H, Lq, _ = q.shape
+    Lk = k.shape[2]
     for name, x in (("k", k), ("v", v)):
         if x.dtype != q.dtype or x.device != q.device:
             raise ValueError(f"{name} is {x.dtype} on {x.device}, q is {q.dtype} on {q.device}")
