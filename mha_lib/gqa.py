@@ -33,7 +33,6 @@ from mha_lib._checks import (
     check_bool,
     check_positive_int,
     check_probability,
-    check_tensor,
     quiet_when_traced,
 )
 from mha_lib.attention import FiniteDotProductAttention, check_qkv
