@@ -13,12 +13,25 @@ from typing import Callable, TypeVar
 import torch
 from torch import Tensor
 
+__all__ = [
+    "check_bool",
+    "check_not_meta",
+    "check_positive_int",
+    "check_probability",
+    "check_size",
+    "check_tensor",
+    "quiet_when_traced",
+    "read_scalars",
+    "tracing",
+]
+
 
 def check_tensor(x: object, name: str, ndim: int | tuple[int, ...]) -> Tensor:
     """Return ``x`` if it is a floating-point tensor with ``ndim`` dimensions, else raise."""
     dims = (ndim,) if isinstance(ndim, int) else ndim
     if not isinstance(x, Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    check_not_meta(x, name)
     if x.dim() not in dims:
         want = " or ".join(str(n) for n in dims)
         raise ValueError(
@@ -27,6 +40,28 @@ def check_tensor(x: object, name: str, ndim: int | tuple[int, ...]) -> Tensor:
     if not x.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     return x
+
+
+def check_not_meta(x: Tensor, name: str) -> Tensor:
+    """Return ``x`` unless it lives on the ``meta`` device (shapes only, no numbers to compute with)."""
+    if x.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device (a shape without numbers, shape {tuple(x.shape)}): "
+            "pass a tensor with data, e.g. on the CPU"
+        )
+    return x
+
+
+def read_scalars(*scalars: Tensor) -> list[float]:
+    """The values of several 0-d tensors, read from their device in ONE host synchronisation.
+
+    Reading a value (``.item()``, ``bool(...)``, ``.tolist()``) waits for the device to finish
+    all queued work; reading several at once waits only once.
+    """
+    if not scalars:
+        return []
+    device = scalars[0].device
+    return torch.stack([s.to(device=device, dtype=torch.float64) for s in scalars]).tolist()
 
 
 def check_positive_int(value: object, name: str) -> int:

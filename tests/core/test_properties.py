@@ -43,7 +43,7 @@ def _build(c, dtype):
 
 def einsum_reference(mha, q, k, v, valid_lens):
     """Multi-head attention from the formula, heads as an explicit axis (no folding)."""
-    H, D = mha.num_heads, mha.num_hiddens
+    H, D = mha.num_heads, mha.d_model
     d = D // H
     lin = lambda layer, x: x @ layer.weight.T + (0 if layer.bias is None else layer.bias)  # noqa: E731
     Q = lin(mha.W_q, q).unflatten(-1, (H, d))  # (B, Lq, H, d)

@@ -22,7 +22,7 @@ from mha_lib import (
     keep_mask_from_valid_lens,
     keep_to_padding,
     masked_softmax,
-    masked_softmax_keep,
+    softmax_over_kept,
     valid_lens_from_keep_mask,
 )
 from mha_lib.variants import (
@@ -92,23 +92,23 @@ def seeded_mha_case(problem, bias):
 
 @FEW
 @given(problems())
-def test_masked_softmax_keep_equals_masked_softmax_on_valid_lens(problem):
+def test_softmax_over_kept_equals_masked_softmax_on_valid_lens(problem):
     seed, dtype, B, _, _, Lq, Lk, valid_lens = problem
     torch.manual_seed(seed)
     X = torch.randn(B, Lq, Lk, dtype=dtype)
     if valid_lens is None:
         valid_lens = torch.full((B,), Lk)
     keep = keep_mask_from_valid_lens(valid_lens, Lq, Lk)
-    torch.testing.assert_close(masked_softmax_keep(X, keep), masked_softmax(X, valid_lens))
+    torch.testing.assert_close(softmax_over_kept(X, keep), masked_softmax(X, valid_lens))
 
 
 @FEW
 @given(st.integers(0, 2**16), st.integers(1, 3), st.integers(1, 4), st.integers(1, 4))
-def test_masked_softmax_keep_any_mask(seed, B, Lq, Lk):
+def test_softmax_over_kept_any_mask(seed, B, Lq, Lk):
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(B, 2, Lq, Lk, generator=g)
     keep = torch.rand(B, 1, Lq, Lk, generator=g) < 0.5  # broadcast over the head axis
-    W = masked_softmax_keep(X, keep)
+    W = softmax_over_kept(X, keep)
     assert not W.isnan().any()
     assert (W[~keep.expand_as(W)] == 0).all()
     sums = W.sum(-1)
@@ -116,13 +116,13 @@ def test_masked_softmax_keep_any_mask(seed, B, Lq, Lk):
     torch.testing.assert_close(sums, expected)
 
 
-def test_masked_softmax_keep_rejects_bad_input():
+def test_softmax_over_kept_rejects_bad_input():
     with pytest.raises(ValueError, match="keep must be a boolean"):
-        masked_softmax_keep(torch.randn(2, 3), torch.ones(2, 3))
+        softmax_over_kept(torch.randn(2, 3), torch.ones(2, 3))
     with pytest.raises(ValueError, match="broadcastable"):
-        masked_softmax_keep(torch.randn(2, 3), torch.ones(4, 3, dtype=torch.bool))
+        softmax_over_kept(torch.randn(2, 3), torch.ones(4, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="X must be a floating-point"):
-        masked_softmax_keep(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool))
+        softmax_over_kept(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool))
 
 
 @FEW

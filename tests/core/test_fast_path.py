@@ -54,7 +54,7 @@ def _build(p, training=False):
     sizes = dict(query_size=3, key_size=4, value_size=2)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(p["seed"])
-        mha = MultiHeadAttention(**sizes, num_hiddens=p["H"] * p["d"], num_heads=p["H"],
+        mha = MultiHeadAttention(**sizes, d_model=p["H"] * p["d"], num_heads=p["H"],
                                  dropout=0.0, bias=p["bias"]).to(p["dtype"]).train(training)
     q = torch.randn(p["B"], p["Lq"], 3, generator=g, dtype=p["dtype"])
     k = torch.randn(p["B"], p["Lk"], 4, generator=g, dtype=p["dtype"])

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mha_lib import MultiHeadAttention
-from mha_lib.decoding import KVCache, LayerCache, causal_keep_mask, kv_cache_bytes, layer_cache
+from mha_lib.decoding import KVCache, LayerCache, _layer_cache, causal_keep_mask, kv_cache_bytes
 from mha_lib.masking import causal_valid_lens
 
 
@@ -56,7 +56,7 @@ def test_cache_grows_past_its_capacity_and_keeps_the_old_positions():
     layer = LayerCache()
     k = torch.randn(1, 2, 40, 3)
     for t in range(40):
-        keys, values = layer.append(k[:, :, t : t + 1], -k[:, :, t : t + 1])
+        keys, values = layer.update(k[:, :, t : t + 1], -k[:, :, t : t + 1])
     assert torch.equal(keys, k) and torch.equal(values, -k)
     assert layer.nbytes == 2 * k.numel() * 4
     layer.reset()
@@ -105,12 +105,21 @@ def test_misuse_raises_value_error():
     cache = KVCache()
     with pytest.raises(ValueError, match="self-attention"):
         mha(x, torch.randn(2, 5, 16), torch.randn(2, 5, 16), cache=cache)
-    with pytest.raises(ValueError, match="valid_lens"):
-        mha(x, x, x, torch.tensor([3, 2]), cache=cache)
-    with pytest.raises(ValueError, match="need_weights"):
-        mha(x, x, x, need_weights=True, cache=cache)
+    with pytest.raises(ValueError, match=r"valid_lens must be <= the number of key-value pairs Lk = 3"):
+        mha(x, x, x, torch.tensor([4, 2]), cache=cache)  # with a cache: at most L + n
+    with pytest.raises(ValueError, match="valid_lens must be >= 0"):
+        mha(x, x, x, torch.tensor([-1, 2]), cache=cache)
+    with pytest.raises(ValueError, match=r"positions must have shape \(n,\) = \(3,\) or \(B, n\)"):
+        mha(x, x, x, cache=cache, positions=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"positions must lie in \[0, L \+ n\) = \[0, 3\)"):
+        mha(x, x, x, cache=cache, positions=torch.tensor([0, 1, 3]))
+    with pytest.raises(ValueError, match="positions must hold integers"):
+        mha(x, x, x, cache=cache, positions=torch.tensor([0.0, 1.0, 2.0]))
+    with pytest.raises(ValueError, match="positions place new tokens in a cache"):
+        mha(x, x, x, positions=torch.arange(3))
     with pytest.raises(ValueError, match="cache must be"):
         mha(x, x, x, cache={})
+    assert len(cache) == 0  # a refused call stores nothing
     mha(x, x, x, cache=cache)
     with pytest.raises(ValueError, match="batch or layer"):
         mha(x[:1], x[:1], x[:1], cache=cache)  # another batch size
@@ -123,9 +132,9 @@ def test_misuse_raises_value_error():
     with pytest.raises(ValueError, match="num_layers"):
         KVCache(0)
     with pytest.raises(ValueError, match="cache must be"):
-        layer_cache("cache")
+        _layer_cache("cache")
     with pytest.raises(ValueError, match="same shape|one shape"):
-        LayerCache().append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 5))
+        LayerCache().update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 5))
     with pytest.raises(ValueError, match="length"):
         kv_cache_bytes(-1, B=1, num_kv_heads=1, head_size=1)
 

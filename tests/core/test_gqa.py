@@ -123,8 +123,16 @@ def test_bad_input_raises_value_error():
         gqa(x, x, x, torch.tensor([4, 1]))
     with pytest.raises(ValueError, match="self-attention"):
         gqa(x, torch.randn(2, 5, 16), torch.randn(2, 5, 16), cache=KVCache())
-    with pytest.raises(ValueError, match="valid_lens"):
-        gqa(x, x, x, torch.tensor([3, 3]), cache=KVCache())
+    with pytest.raises(ValueError, match="valid_lens must be <= "):
+        gqa(x, x, x, torch.tensor([4, 3]), cache=KVCache())  # with a cache: at most L + n
+    with pytest.raises(ValueError, match="positions are used with rope=True or with a cache"):
+        gqa(x, x, x, positions=torch.arange(3))
+    with pytest.raises(ValueError, match="head_mask must have shape"):
+        gqa(x, x, x, head_mask=torch.ones(2))
+    with pytest.raises(ValueError, match="rope=True rotates pairs of features"):
+        GroupedQueryAttention(12, 4, 2, 0.0, rope=True)  # d = 3
+    with pytest.raises(ValueError, match="rope must be True or False"):
+        GroupedQueryAttention(16, 4, 2, 0.0, rope=1)
     with pytest.raises(ValueError, match="cache must be"):
         gqa(x, x, x, cache=[])
     with pytest.raises(ValueError, match="k and v"):

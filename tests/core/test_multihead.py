@@ -8,19 +8,19 @@ from mha_lib.interop import _torch_attn_mask, to_torch_mha
 
 
 def test_d2l_toy_test_verbatim():
-    num_hiddens, num_heads = 100, 5
-    attention = MultiHeadAttention(num_hiddens, num_hiddens, num_hiddens, num_hiddens, num_heads, 0.5)
+    d_model, num_heads = 100, 5
+    attention = MultiHeadAttention(d_model, d_model, d_model, d_model, num_heads, 0.5)
     attention.eval()
     batch_size, num_queries, num_kvpairs, valid_lens = 2, 4, 6, torch.tensor([3, 2])
-    X = torch.ones((batch_size, num_queries, num_hiddens))
-    Y = torch.ones((batch_size, num_kvpairs, num_hiddens))
-    assert attention(X, Y, Y, valid_lens).shape == (batch_size, num_queries, num_hiddens)
+    X = torch.ones((batch_size, num_queries, d_model))
+    Y = torch.ones((batch_size, num_kvpairs, d_model))
+    assert attention(X, Y, Y, valid_lens).shape == (batch_size, num_queries, d_model)
 
 
 def test_children_and_sizes():
-    mha = MultiHeadAttention(key_size=3, query_size=5, value_size=7, num_hiddens=8, num_heads=2, dropout=0.0)
+    mha = MultiHeadAttention(key_size=3, query_size=5, value_size=7, d_model=8, num_heads=2, dropout=0.0)
     assert (mha.W_q.in_features, mha.W_k.in_features, mha.W_v.in_features, mha.W_o.in_features) == (5, 3, 7, 8)
-    assert mha.W_q.bias is None and mha.num_heads == 2 and mha.head_size == 4 and mha.num_hiddens == 8
+    assert mha.W_q.bias is None and mha.num_heads == 2 and mha.head_size == 4 and mha.d_model == 8
     assert MultiHeadAttention(3, 5, 7, 8, 2, 0.0, bias=True).W_o.bias is not None
 
 
@@ -47,7 +47,7 @@ def test_agrees_with_torch_multihead_attention(bias):
 
 def test_agrees_with_torch_for_causal_2d_valid_lens_and_distinct_sizes():
     torch.manual_seed(1)
-    mha = MultiHeadAttention(key_size=3, query_size=8, value_size=5, num_hiddens=8, num_heads=4, dropout=0.0).eval()
+    mha = MultiHeadAttention(key_size=3, query_size=8, value_size=5, d_model=8, num_heads=4, dropout=0.0).eval()
     B, L = 2, 5
     q = torch.randn(B, L, 8)
     k, v = torch.randn(B, L, 3), torch.randn(B, L, 5)
@@ -59,7 +59,7 @@ def test_agrees_with_torch_for_causal_2d_valid_lens_and_distinct_sizes():
 
 
 def test_to_torch_refuses_what_torch_cannot_express():
-    with pytest.raises(ValueError, match="query_size == num_hiddens"):
+    with pytest.raises(ValueError, match="query_size == d_model"):
         to_torch_mha(MultiHeadAttention(4, 6, 4, 8, 2, 0.0))
 
 
@@ -129,16 +129,16 @@ def test_head_mask_removes_heads():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(num_hiddens=10, num_heads=3), r"num_hiddens \(10\) must be divisible by num_heads \(3\)"),
+        (dict(d_model=10, num_heads=3), r"d_model \(10\) must be divisible by num_heads \(3\)"),
         (dict(num_heads=0), "num_heads must be an integer >= 1, got 0"),
         (dict(dropout=1.0), r"dropout must be a number in \[0, 1\), got 1.0"),
         (dict(dropout=-0.5), r"dropout must be a number in \[0, 1\)"),
         (dict(key_size=0), "key_size must be an integer >= 1"),
-        (dict(num_hiddens=2.5), "num_hiddens must be an integer >= 1"),
+        (dict(d_model=2.5), "d_model must be an integer >= 1"),
     ],
 )
 def test_bad_configuration(kwargs, message):
-    args = dict(key_size=4, query_size=4, value_size=4, num_hiddens=8, num_heads=2, dropout=0.0) | kwargs
+    args = dict(key_size=4, query_size=4, value_size=4, d_model=8, num_heads=2, dropout=0.0) | kwargs
     with pytest.raises(ValueError, match=message):
         MultiHeadAttention(**args)
 
