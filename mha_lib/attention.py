@@ -150,14 +150,15 @@ class FiniteDotProductAttention(DotProductAttention):
         if valid_lens is None:
             scores = torch.bmm(queries, keys.transpose(1, 2))  # (B, Lq, Lk)
         else:  # bias: (B, 1 or Lq, Lk), 0 = may attend, -inf = masked
-            bias, empty = mask_from_valid_lens(valid_lens.lens, keys.shape[1], fill_empty=True,
+            bias, empty = mask_from_valid_lens(valid_lens.lens, keys.shape[1],
+                                               fill_empty=valid_lens.lowest in (None, 0),
                                                bias_dtype=queries.dtype)
             scores = torch.baddbmm(bias, queries, keys.transpose(1, 2))  # (B, Lq, Lk)
         if scores.requires_grad:
             weights = torch.softmax(scores, dim=-1)
         else:  # nothing needs the scores again: the weights overwrite them
             weights = torch.softmax(scores, dim=-1, out=scores)
-        if valid_lens is not None and valid_lens.lowest in (None, 0):  # a query may keep nothing
+        if valid_lens is not None and empty is not None:  # some query may keep nothing: zeros
             weights = weights.masked_fill(empty, 0.0) if weights.requires_grad else weights.masked_fill_(empty, 0.0)
         weights = weights.to(dtype)
         output = torch.bmm(self.dropout(weights), values)  # (B, Lq, dv)

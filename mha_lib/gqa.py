@@ -38,12 +38,13 @@ from mha_lib._checks import (
 )
 from mha_lib.attention import FiniteDotProductAttention, check_qkv
 from mha_lib.heads import merge_heads, split_heads
-from mha_lib.masking import check_positions, read_valid_lens, softmax_over_kept
+from mha_lib.masking import check_positions, softmax_over_kept
 from mha_lib.multihead import (
     attend_heads,
     cached_keys_values,
     check_cached_attention,
     check_head_mask,
+    read_lens_and_gates,
 )
 from mha_lib.positions import rotary
 
@@ -215,7 +216,7 @@ class GroupedQueryAttention(nn.Module):
     @quiet_when_traced
     def _check_forward(self, queries, keys, values, valid_lens, need_weights, head_mask, cache,
                        positions):
-        """The checks of :meth:`forward` (at most one host read, for the valid lengths);
+        """The checks of :meth:`forward` (at most one host read: valid lengths, head gates);
         returns the checked valid lengths (or None) and the head gates (B, H) (or None)."""
         check_qkv(queries, keys, values)
         check_bool(need_weights, "need_weights")
@@ -230,9 +231,10 @@ class GroupedQueryAttention(nn.Module):
                 )
         B, Lq, _ = queries.shape
         gates = check_head_mask(head_mask, self.num_heads, B, queries)
+        num_keys = keys.shape[1]
         if cache is not None:
-            return check_cached_attention(cache, queries, keys, valid_lens, positions), gates
-        if positions is not None:
+            num_keys = check_cached_attention(cache, queries, keys, positions)
+        elif positions is not None:
             if not self.rope:
                 raise ValueError("positions are used with rope=True or with a cache, got neither")
             check_positions(positions, B, Lq)
@@ -241,5 +243,5 @@ class GroupedQueryAttention(nn.Module):
                     "positions place the queries and, in self-attention, the keys: with "
                     f"{Lq} queries but {keys.shape[1]} keys, leave positions=None"
                 )
-        valid_lens, _ = read_valid_lens(valid_lens, B, Lq, keys.shape[1], device=queries.device)
+        valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates, device=queries.device)
         return valid_lens, gates

@@ -230,9 +230,9 @@ def mask_from_valid_lens(
 
     Shapes:
         valid_lens: (B,) or (B, Lq), integers.
-        returns: ``mask`` (B, 1 or Lq, n) with n = ``num_keys``, and ``empty`` (B, 1 or Lq, 1);
-            with ``heads`` both get a heads axis, (B, 1, 1 or Lq, n) and (B, 1, 1 or Lq, 1),
-            that broadcasts over the H heads of (B, H, Lq, Lk) scores.
+        returns: ``mask`` (B, 1 or Lq, n) with n = ``num_keys``, and ``empty`` (B, 1 or Lq, 1)
+            or None; with ``heads`` both get a heads axis, (B, 1, 1 or Lq, n) and
+            (B, 1, 1 or Lq, 1), that broadcasts over the H heads of (B, H, Lq, Lk) scores.
 
     Args:
         valid_lens: the lengths.
@@ -247,8 +247,8 @@ def mask_from_valid_lens(
             query may attend, -inf elsewhere (added to a score, -inf has exp() exactly 0).
 
     Returns:
-        ``(mask, empty)``: the keep mask (``True`` = may attend) or the bias, and ``empty``,
-        True for a query whose valid length is 0.
+        ``(mask, empty)``: the keep mask (``True`` = may attend) or the bias, and, with
+        ``fill_empty``, ``empty``: True for a query whose valid length is 0 (else None).
     """
     if valid_lens.dim() == 2:
         lens = valid_lens[:, :, None]  # (B, Lq) -> (B, Lq, 1)
@@ -258,8 +258,9 @@ def mask_from_valid_lens(
         lens = lens[:, None]  # (B, Lq or 1, 1) -> (B, 1, Lq or 1, 1): the same for every head
     positions = torch.arange(first_key, first_key + num_keys, device=lens.device)  # (n,)
     keep = positions < lens  # (..., Lq or 1, 1) vs (n,) -> (..., Lq or 1, n)
-    empty = lens == 0  # (..., Lq or 1, 1)
+    empty = None
     if fill_empty:
+        empty = lens == 0  # (..., Lq or 1, 1)
         keep = keep | empty
     if bias_dtype is None:
         return keep, empty

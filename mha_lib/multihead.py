@@ -31,10 +31,10 @@ from torch import Tensor, nn
 
 from mha_lib._checks import (
     check_bool,
+    check_not_meta,
     check_positive_int,
     check_probability,
     quiet_when_traced,
-    tracing,
 )
 from mha_lib.attention import DotProductAttention, FiniteDotProductAttention, check_qkv
 from mha_lib.heads import merge_heads, split_heads
@@ -47,6 +47,7 @@ __all__ = [
     "cached_keys_values",
     "check_cached_attention",
     "check_head_mask",
+    "read_lens_and_gates",
 ]
 
 
@@ -164,14 +165,16 @@ class MultiHeadAttention(nn.Module):
         B, Lq, _ = queries.shape
         gates = check_head_mask(head_mask, self.num_heads, B, queries)
         if cache is not None:  # (no rule for non-finite inputs with a cache)
-            return check_cached_attention(cache, queries, keys, valid_lens, positions), gates, None
+            num_keys = check_cached_attention(cache, queries, keys, positions)
+            return read_lens_and_gates(valid_lens, B, Lq, num_keys, gates, device=queries.device)[0], gates, None
         if positions is not None:
             raise ValueError("positions place new tokens in a cache: pass cache= too")
-        if valid_lens is None:  # no host read: the rule works on the device
+        if valid_lens is None:  # the rule works on the device: no host read for it
+            read_lens_and_gates(None, B, Lq, keys.shape[1], gates)  # (the gates only)
             return None, gates, _NonFiniteRule.of(queries, keys, values, None)
-        valid_lens, (finite,) = read_valid_lens(valid_lens, B, Lq, keys.shape[1],
-                                                _all_finite(queries, keys, values),
-                                                device=queries.device)
+        valid_lens, (finite,) = read_lens_and_gates(valid_lens, B, Lq, keys.shape[1], gates,
+                                                    _all_finite(queries, keys, values),
+                                                    device=queries.device)
         if finite:  # read together with the valid lengths
             return valid_lens, gates, None
         return valid_lens, gates, _NonFiniteRule.of(queries, keys, values, valid_lens)
@@ -256,11 +259,12 @@ def _attend_fused(q, k, v, valid_lens, attention, nonfinite) -> Tensor:
         return q.new_zeros(*q.shape[:3], v.shape[-1])
     keep = empty = None
     if valid_lens is not None:  # (B, 1, Lq or 1, Lk): broadcasts over the heads
-        keep, empty = mask_from_valid_lens(valid_lens.lens, k.shape[2], heads=True, fill_empty=True)
+        keep, empty = mask_from_valid_lens(valid_lens.lens, k.shape[2], heads=True,
+                                           fill_empty=valid_lens.lowest in (None, 0))
     dropout_p = attention.dropout.p if attention.training else 0.0
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
                                          enable_gqa=_grouped(q, k))  # (B, H, Lq, d)
-    if valid_lens is not None and valid_lens.lowest in (None, 0):  # a query may keep nothing
+    if empty is not None:  # a query with nothing to keep attended anywhere: zero it
         out = out.masked_fill(empty, 0.0)
     return out if nonfinite is None else nonfinite.spoil(out)
 
@@ -307,11 +311,14 @@ def _attend_folded(q, k, v, valid_lens, attention, nonfinite) -> tuple[Tensor, T
 def check_head_mask(head_mask: object, num_heads: int, batch_size: int, like: Tensor) -> Tensor | None:
     """Return the head gates as a (B, H) tensor of ``like``'s dtype and device, or None.
 
+    Only type and shape are checked here; :func:`read_lens_and_gates` checks that the gates are
+    finite (reading them with the valid lengths, in one host read).
+
     Args:
         head_mask: None, or real numbers of shape (H,) or (B, H) (1 keeps a head, 0 removes it).
 
     Raises:
-        ValueError: not numbers, booleans, not finite, or another shape.
+        ValueError: not numbers, booleans, on the meta device, or another shape.
     """
     if head_mask is None:
         return None
@@ -324,17 +331,43 @@ def check_head_mask(head_mask: object, num_heads: int, batch_size: int, like: Te
         ) from None
     if head_mask.dtype == torch.bool or head_mask.is_complex():
         raise ValueError(f"head_mask must hold real numbers, got dtype {head_mask.dtype}")
-    if head_mask.device.type == "meta":
-        raise ValueError("head_mask is on the meta device (a shape without numbers)")
+    check_not_meta(head_mask, "head_mask")
     head_mask = head_mask.to(dtype=like.dtype, device=like.device)  # keeps its gradient
     if head_mask.shape not in ((H,), (batch_size, H)):
         raise ValueError(
             f"head_mask must have shape (H,) = ({H},) or (B, H) = ({batch_size}, {H}), "
             f"got {tuple(head_mask.shape)}"
         )
-    if not tracing() and not torch.isfinite(head_mask).all():
-        raise ValueError(f"head_mask must be finite, got {head_mask.tolist()}")
     return head_mask.expand(batch_size, H)  # (H,) or (B, H) -> (B, H)
+
+
+def read_lens_and_gates(
+    valid_lens: object,
+    batch_size: int,
+    num_queries: int,
+    num_keys: int,
+    gates: Tensor | None,
+    *also: Tensor,
+    device: torch.device | None = None,
+) -> tuple[CheckedLens | None, list[float | None]]:
+    """Check the valid lengths' values and that the head gates are finite, in ONE host read.
+
+    :func:`mha_lib.masking.read_valid_lens` with the gates of :func:`check_head_mask`: an
+    attention layer's forward reads values from the device at most once (not at all without
+    valid lengths and head gates).
+
+    Returns:
+        The checked valid lengths (moved to ``device``) and the values of ``also``.
+
+    Raises:
+        ValueError: as :func:`mha_lib.masking.check_valid_lens`; gates that are not finite.
+    """
+    flags = () if gates is None else (torch.isfinite(gates).all(),)
+    valid_lens, values = read_valid_lens(valid_lens, batch_size, num_queries, num_keys, *flags,
+                                         *also, device=device)
+    if flags and values[0] is not None and not values[0]:
+        raise ValueError(f"head_mask must be finite, got {gates.tolist()}")
+    return valid_lens, values[len(flags):]
 
 
 # --- decoding with a KV cache (chapter 9) --------------------------------------------------------
@@ -358,17 +391,14 @@ class AttentionCache:
         raise NotImplementedError
 
 
-def check_cached_attention(
-    cache: object, queries: Tensor, keys: Tensor, valid_lens: object, positions: object
-) -> CheckedLens | None:
-    """The checks of an attention layer's call with a cache; returns the checked valid lengths.
+def check_cached_attention(cache: object, queries: Tensor, keys: Tensor, positions: object) -> int:
+    """The checks of an attention layer's call with a cache; returns L + n, the bound of the
+    valid lengths (which count keys from the first cached position).
 
-    With a cache, keys and values are the new positions themselves (self-attention), and the
-    valid lengths count keys from the first cached position: (B,) or (B, n), at most L + n.
+    With a cache, keys and values are the new positions themselves (self-attention).
 
     Raises:
-        ValueError: not a cache, keys of another length than the queries, bad valid lengths or
-            positions.
+        ValueError: not a cache, keys of another length than the queries, bad positions.
     """
     if not isinstance(cache, AttentionCache):
         raise ValueError(
@@ -382,8 +412,7 @@ def check_cached_attention(
         )
     if positions is not None:
         check_positions(positions, B, n)
-    valid_lens, _ = read_valid_lens(valid_lens, B, n, len(cache) + n, device=queries.device)
-    return valid_lens
+    return len(cache) + n
 
 
 def cached_keys_values(
@@ -423,11 +452,19 @@ def cached_keys_values(
 # --- the rule for NaN and infinite inputs ----------------------------------------------------------
 
 
+def _sum(x: Tensor, dim: int | tuple[int, ...] | None = None) -> Tensor:
+    """Sum of ``x`` (over ``dim``), in float32 at least: inf or NaN exactly when an entry is.
+
+    (Unless the sum of finite entries overflows: in float32 that takes entries near 1e36,
+    whose scores would overflow anyway. Half-precision inputs are summed in float32.)
+    """
+    dtype = torch.float32 if x.element_size() < 4 else None
+    return x.sum() if dim is None and dtype is None else x.sum(dim, dtype=dtype)
+
+
 def _all_finite(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:
-    """0-d bool: every input entry is finite (sums in float64 cannot overflow from finite numbers:
-    an inf or NaN entry, and only such an entry, makes a sum inf or NaN)."""
-    total = sum(x.sum(dtype=torch.float64) for x in (queries, keys, values))
-    return torch.isfinite(total)
+    """0-d bool: every input entry is finite (three fast sums, see :func:`_sum`)."""
+    return torch.isfinite(_sum(queries) + _sum(keys) + _sum(values))
 
 
 class _NonFiniteRule(NamedTuple):
@@ -459,8 +496,8 @@ class _NonFiniteRule(NamedTuple):
         if Lk == 0:
             return None  # every query attends to nothing: zeros
         if valid_lens is None:  # every query may attend to every key of its example
-            used = (keys.sum((1, 2), dtype=torch.float64) + values.sum((1, 2), dtype=torch.float64))
-            rows = queries.sum(-1, dtype=torch.float64) + used[:, None]  # (B, Lq)
+            used = _sum(keys, (1, 2)) + _sum(values, (1, 2))  # (B,)
+            rows = _sum(queries, -1) + used[:, None]  # (B, Lq): finite iff all it uses is
             return cls((rows * 0).to(queries.dtype), None)  # finite * 0 = 0; inf, NaN * 0 = NaN
         finite_q = torch.isfinite(queries).all(-1)  # (B, Lq)
         finite_kv = torch.isfinite(keys).all(-1) & torch.isfinite(values).all(-1)  # (B, Lk)
