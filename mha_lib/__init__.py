@@ -40,13 +40,13 @@ __all__ = [
 from mha_lib.masking import (  # noqa: E402
     causal_valid_lens,
     check_attention_mask,
-    masked_softmax_keep,
+    softmax_over_kept,
     valid_lens_from_keep_mask,
 )
 
 __all__ += [
     "causal_valid_lens",
     "check_attention_mask",
-    "masked_softmax_keep",
+    "softmax_over_kept",
     "valid_lens_from_keep_mask",
 ]

@@ -13,12 +13,25 @@ from typing import Callable, TypeVar
 import torch
 from torch import Tensor
 
+__all__ = [
+    "check_bool",
+    "check_not_meta",
+    "check_positive_int",
+    "check_probability",
+    "check_size",
+    "check_tensor",
+    "quiet_when_traced",
+    "read_scalars",
+    "tracing",
+]
+
 
 def check_tensor(x: object, name: str, ndim: int | tuple[int, ...]) -> Tensor:
     """Return ``x`` if it is a floating-point tensor with ``ndim`` dimensions, else raise."""
     dims = (ndim,) if isinstance(ndim, int) else ndim
     if not isinstance(x, Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    check_not_meta(x, name)
     if x.dim() not in dims:
         want = " or ".join(str(n) for n in dims)
         raise ValueError(
@@ -27,6 +40,28 @@ def check_tensor(x: object, name: str, ndim: int | tuple[int, ...]) -> Tensor:
     if not x.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     return x
+
+
+def check_not_meta(x: Tensor, name: str) -> Tensor:
+    """Return ``x`` unless it lives on the ``meta`` device (shapes only, no numbers to compute with)."""
+    if x.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device (a shape without numbers, shape {tuple(x.shape)}): "
+            "pass a tensor with data, e.g. on the CPU"
+        )
+    return x
+
+
+def read_scalars(*scalars: Tensor) -> list[float]:
+    """The values of several 0-d tensors, read from their device in ONE host synchronisation.
+
+    Reading a value (``.item()``, ``bool(...)``, ``.tolist()``) waits for the device to finish
+    all queued work; reading several at once waits only once.
+    """
+    if not scalars:
+        return []
+    device = scalars[0].device
+    return torch.stack([s.to(device=device, dtype=torch.float64) for s in scalars]).tolist()
 
 
 def check_positive_int(value: object, name: str) -> int:
@@ -88,3 +123,44 @@ def quiet_when_traced(check: F) -> F:
             return check(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def check_callable(value: object, name: str) -> Callable:
+    """Return ``value`` if it can be called, else raise."""
+    if not callable(value):
+        raise ValueError(f"{name} must be callable, got {type(value).__name__}")
+    return value
+
+
+def check_positive_number(value: object, name: str) -> float:
+    """Return ``value`` as a float if it is a finite real number > 0 (bools excluded), else raise."""
+    import math
+
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def check_sequence(
+    values: object, name: str, what: str, check: Callable[[object, str], object]
+) -> list:
+    """Return ``values`` as a list if it is a non-empty sequence whose entries pass ``check``.
+
+    ``check(entry, f"{name}[i]")`` raises for a bad entry; ``what`` names the entries in the
+    message ("integers >= 1"). A string, a mapping or a single non-iterable value is refused.
+    """
+    from collections.abc import Iterable, Mapping
+
+    if isinstance(values, (str, bytes, Mapping, Tensor)) or not isinstance(values, Iterable):
+        raise ValueError(f"{name} must be a sequence of {what}, got {values!r}")
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} must hold at least one of {what}, got none")
+    for i, value in enumerate(values):
+        check(value, f"{name}[{i}]")
+    return values

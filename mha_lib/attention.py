@@ -2,7 +2,7 @@
 
 ``DotProductAttention`` is the version the book teaches (``masked_softmax``);
 ``FiniteDotProductAttention`` computes the same numbers for finite inputs in fewer passes over
-the scores, and is the one ``MultiHeadAttention`` attends with.
+the scores, and is the one ``MultiHeadAttention`` attends with when it returns the weights.
 
 Shape legend
     B   batch size (for multi-head attention after folding the heads in: B*H)
@@ -19,14 +19,10 @@ import math
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import (
-    check_bool,
-    check_probability,
-    check_tensor,
-    quiet_when_traced,
-    tracing,
-)
-from mha_lib.masking import check_valid_lens, masked_softmax
+from mha_lib._checks import check_bool, check_probability, check_tensor, quiet_when_traced
+from mha_lib.masking import CheckedLens, mask_from_valid_lens, masked_softmax, read_valid_lens
+
+__all__ = ["DotProductAttention", "FiniteDotProductAttention", "check_qkv"]
 
 
 def check_qkv(queries: Tensor, keys: Tensor, values: Tensor) -> None:
@@ -115,21 +111,26 @@ def _check_attention(queries: Tensor, keys: Tensor, values: Tensor, need_weights
 class FiniteDotProductAttention(DotProductAttention):
     """:class:`DotProductAttention` for finite inputs, in fewer passes over the (B, Lq, Lk) scores.
 
-    ``MultiHeadAttention`` attends with it: its inputs are finite by then (its rule for NaN
-    and inf replaces the others). For finite scores the numbers are those of ``masked_softmax``
-    (``tests/test_fast_path.py`` proves it), computed with less traffic through memory:
+    ``MultiHeadAttention`` attends with it when it returns the weights: its inputs are finite by
+    then (its rule for NaN and inf replaces the others). For finite scores the numbers are those
+    of ``masked_softmax`` (``tests/core/test_fast_path.py`` proves it), computed with less
+    traffic through memory:
 
     * the mask enters the score product as a bias, ``baddbmm(bias, Q, K^T)``: 0 where a query
       may attend, -inf elsewhere (x - inf = -inf, whose exponential is exactly 0, as is that
       of ``masked_softmax``'s most negative float), instead of overwriting the scores;
     * a query with valid length 0 may attend anywhere, and its weights are zeroed after the
-      softmax (only when some valid length is 0, or while a graph is recorded);
+      softmax (only when some valid length may be 0);
     * the softmax writes over the scores when autograd does not need them.
+
+    In float16 and bfloat16 the scores and the softmax are computed in float32: a score past
+    65504 would overflow half precision to inf and the softmax to NaN.
 
     Unlike :class:`DotProductAttention` it does not shield a query from an infinite or NaN
     score of a key it may not attend to (such a query's row becomes NaN).
 
-    Shapes and arguments: as :class:`DotProductAttention`.
+    Shapes and arguments: as :class:`DotProductAttention`; ``valid_lens`` may also be a
+    :class:`mha_lib.masking.CheckedLens` (then its values are not read again).
     """
 
     def forward(
@@ -137,51 +138,38 @@ class FiniteDotProductAttention(DotProductAttention):
         queries: Tensor,
         keys: Tensor,
         values: Tensor,
-        valid_lens: Tensor | None = None,
+        valid_lens: Tensor | CheckedLens | None = None,
         *,
         need_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         valid_lens = _check_finite_attention(queries, keys, values, valid_lens, need_weights)
-        d = queries.shape[-1]
-        queries = queries / math.sqrt(d)
+        dtype = queries.dtype
+        if dtype in (torch.float16, torch.bfloat16):  # scores and softmax in float32
+            queries, keys = queries.float(), keys.float()
+        queries = queries / math.sqrt(queries.shape[-1])
         if valid_lens is None:
             scores = torch.bmm(queries, keys.transpose(1, 2))  # (B, Lq, Lk)
-        else:
-            bias, empty = _score_bias(valid_lens, keys.shape[1], queries.dtype)
+        else:  # bias: (B, 1 or Lq, Lk), 0 = may attend, -inf = masked
+            bias, empty = mask_from_valid_lens(valid_lens.lens, keys.shape[1],
+                                               fill_empty=valid_lens.lowest in (None, 0),
+                                               bias_dtype=queries.dtype)
             scores = torch.baddbmm(bias, queries, keys.transpose(1, 2))  # (B, Lq, Lk)
         if scores.requires_grad:
             weights = torch.softmax(scores, dim=-1)
         else:  # nothing needs the scores again: the weights overwrite them
             weights = torch.softmax(scores, dim=-1, out=scores)
-        if valid_lens is not None and (tracing() or bool(empty.any())):
-            weights = weights * ~empty if weights.requires_grad else weights.mul_(~empty)
+        if valid_lens is not None and empty is not None:  # some query may keep nothing: zeros
+            weights = weights.masked_fill(empty, 0.0) if weights.requires_grad else weights.masked_fill_(empty, 0.0)
+        weights = weights.to(dtype)
         output = torch.bmm(self.dropout(weights), values)  # (B, Lq, dv)
         return (output, weights) if need_weights else output
 
 
 @quiet_when_traced
-def _check_finite_attention(queries, keys, values, valid_lens, need_weights) -> Tensor | None:
-    """The checks of :meth:`FiniteDotProductAttention.forward`; returns the valid lengths
-    (long, on the queries' device) or None."""
+def _check_finite_attention(queries, keys, values, valid_lens, need_weights) -> CheckedLens | None:
+    """The checks of :meth:`FiniteDotProductAttention.forward`; returns the checked valid
+    lengths (on the queries' device) or None."""
     _check_attention(queries, keys, values, need_weights)
-    valid_lens = check_valid_lens(valid_lens, queries.shape[0], queries.shape[1], keys.shape[1])
-    return None if valid_lens is None else valid_lens.to(queries.device)
-
-
-def _score_bias(valid_lens: Tensor, Lk: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """The additive mask of :class:`FiniteDotProductAttention` and the queries that keep nothing.
-
-    Returns:
-        bias: (B, 1, Lk) for lengths (B,), (B, Lq, Lk) for lengths (B, Lq); 0 where a query may
-            attend or keeps nothing at all, -inf elsewhere.
-        empty: (B, 1, 1) or (B, Lq, 1) bool, True for a valid length of 0.
-    """
-    if valid_lens.dim() == 2:
-        lens = valid_lens[:, :, None]  # (B, Lq) -> (B, Lq, 1)
-    else:
-        lens = valid_lens[:, None, None]  # (B,) -> (B, 1, 1)
-    empty = lens == 0  # (B, 1 or Lq, 1)
-    lens = lens.masked_fill(empty, Lk)  # a query that keeps nothing may attend anywhere
-    positions = torch.arange(Lk, device=valid_lens.device)  # (Lk,)
-    keep = positions < lens  # (B, 1 or Lq, Lk)
-    return torch.where(keep, 0.0, float("-inf")).to(dtype), empty
+    valid_lens, _ = read_valid_lens(valid_lens, queries.shape[0], queries.shape[1], keys.shape[1],
+                                    device=queries.device)
+    return valid_lens

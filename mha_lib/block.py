@@ -1,12 +1,14 @@
 """The Transformer block around the attention layer: residuals, LayerNorm and a feed-forward net.
 
-An upper layer, built on :class:`mha_lib.MultiHeadAttention`. :meth:`TransformerBlock.from_torch`
-copies the weights of a ``torch.nn.TransformerEncoderLayer``, so the two can be compared.
+An upper layer, built on :class:`mha_lib.MultiHeadAttention` (or, for the language models of
+today, :class:`mha_lib.gqa.GroupedQueryAttention` with rotary positions).
+:meth:`TransformerBlock.from_torch` copies the weights of a ``torch.nn.TransformerEncoderLayer``,
+so the two can be compared.
 
 Shape legend
     B   batch size
-    L   sequence length (self-attention: Lq = Lk = L)
-    H   number of heads
+    L   sequence length (self-attention: Lq = Lk = L; with a cache, the n new positions)
+    H   number of (query) heads
     D   d_model, the width of the block's input and output
 """
 
@@ -17,22 +19,29 @@ from typing import Sequence
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mha_lib._checks import check_positive_int, check_probability, check_tensor
+from mha_lib._checks import check_bool, check_positive_int, check_probability, check_tensor
+from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.multihead import MultiHeadAttention
+
+__all__ = ["TransformerBlock"]
 
 
 class TransformerBlock(nn.Module):
-    """One encoder block: self-attention and a feed-forward net, each with a residual and a LayerNorm.
+    """One block: self-attention and a feed-forward net, each with a residual and a LayerNorm.
 
     Pre-LN (``norm_first=True``) normalises the input of each sublayer and leaves the residual
     stream untouched; post-LN (``norm_first=False``, the original Transformer) normalises after
     each residual sum. Same parameters, same layout as ``nn.TransformerEncoderLayer``
-    (``batch_first=True``, ReLU).
+    (``batch_first=True``, ReLU). With ``num_kv_heads`` or ``rope`` the attention is a
+    :class:`~mha_lib.gqa.GroupedQueryAttention` (grouped keys and values, rotary positions),
+    otherwise a :class:`~mha_lib.MultiHeadAttention`; all projections have biases.
 
     Shapes:
         x: (B, L, D)
         valid_lens: None, (B,) or (B, L), as for :class:`mha_lib.MultiHeadAttention`
-        output: (B, L, D)
+        head_mask: None, (H,) or (B, H)
+        positions: None, (L,) or (B, L) integers
+        output: (B, L, D); weights (``need_weights``): (B, H, L, Lk)
 
     Args:
         d_model: D, the width of the block.
@@ -41,6 +50,8 @@ class TransformerBlock(nn.Module):
         dropout: dropout rate on the attention weights and after each sublayer, in [0, 1).
         norm_first: pre-LN if True, post-LN if False.
         layer_norm_eps: the ``eps`` of both LayerNorms.
+        num_kv_heads: Hkv key/value heads (dividing ``num_heads``) for grouped-query attention.
+        rope: rotate queries and keys by their positions (RoPE); needs an even head size.
     """
 
     def __init__(
@@ -52,15 +63,21 @@ class TransformerBlock(nn.Module):
         norm_first: bool = True,
         *,
         layer_norm_eps: float = 1e-5,
+        num_kv_heads: int | None = None,
+        rope: bool = False,
     ) -> None:
         super().__init__()
         check_positive_int(d_ff, "d_ff")
         check_probability(dropout, "dropout")
-        if not isinstance(norm_first, bool):
-            raise ValueError(f"norm_first must be True or False, got {norm_first!r}")
-        self.norm_first = norm_first
-        self.attention = MultiHeadAttention(d_model, d_model, d_model, d_model, num_heads,
-                                            dropout, bias=True)
+        self.norm_first = check_bool(norm_first, "norm_first")
+        check_bool(rope, "rope")
+        if num_kv_heads is not None or rope:
+            kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+            self.attention = GroupedQueryAttention(d_model, num_heads, kv_heads, dropout,
+                                                   bias=True, rope=rope)
+        else:
+            self.attention = MultiHeadAttention(d_model, d_model, d_model, d_model, num_heads,
+                                                dropout, bias=True)
         self.feed_forward = nn.Sequential(
             nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
         )
@@ -69,26 +86,55 @@ class TransformerBlock(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, valid_lens: Tensor | Sequence[int] | None = None) -> Tensor:
-        """Apply the block; ``valid_lens`` masks padded keys exactly as in multi-head attention."""
+    def forward(
+        self,
+        x: Tensor,
+        valid_lens: Tensor | Sequence[int] | None = None,
+        *,
+        head_mask: Tensor | None = None,
+        cache=None,
+        positions: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Apply the block; the keyword arguments go to the attention layer as they are.
+
+        ``valid_lens`` masks padded keys exactly as in multi-head attention; ``cache`` (one
+        layer of a ``mha_lib.decoding.KVCache``) and ``positions`` decode step by step, as in
+        :meth:`mha_lib.gqa.GroupedQueryAttention.forward`.
+
+        Returns:
+            x (B, L, D), or ``(x, weights)`` with the attention weights (B, H, L, Lk).
+        """
         self._check_input(x)
+        attend = dict(head_mask=head_mask, cache=cache, positions=positions,
+                      need_weights=need_weights)
         if self.norm_first:  # pre-LN: x + f(norm(x))
-            x = x + self._self_attention(self.norm1(x), valid_lens)
+            h, weights = self._self_attention(self.norm1(x), valid_lens, attend)
+            x = x + h
             x = x + self.dropout2(self.feed_forward(self.norm2(x)))
         else:  # post-LN: norm(x + f(x))
-            x = self.norm1(x + self._self_attention(x, valid_lens))
+            h, weights = self._self_attention(x, valid_lens, attend)
+            x = self.norm1(x + h)
             x = self.norm2(x + self.dropout2(self.feed_forward(x)))
-        return x
+        return (x, weights) if need_weights else x
 
     def _check_input(self, x: object) -> None:
         check_tensor(x, "x", 3)
         D = self.norm1.normalized_shape[0]
         if x.shape[-1] != D:
             raise ValueError(f"x must have feature size d_model = {D}, got shape {tuple(x.shape)}")
-        self.attention.check_inputs(x, x, x)  # dtype and device of the weights
+        weight = self.norm1.weight
+        if x.dtype != weight.dtype or x.device != weight.device:
+            raise ValueError(
+                f"x is {x.dtype} on {x.device} but the block's weights are {weight.dtype} on "
+                f"{weight.device}: convert one with .to(...)"
+            )
 
-    def _self_attention(self, x: Tensor, valid_lens) -> Tensor:
-        return self.dropout1(self.attention(x, x, x, valid_lens))  # (B, L, D)
+    def _self_attention(self, x: Tensor, valid_lens, attend: dict) -> tuple[Tensor, Tensor | None]:
+        """dropout(attention(x, x, x)) (B, L, D), and the weights when asked for."""
+        out = self.attention(x, x, x, valid_lens, **attend)
+        out, weights = out if attend["need_weights"] else (out, None)
+        return self.dropout1(out), weights
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "TransformerBlock":

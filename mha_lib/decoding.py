@@ -11,7 +11,7 @@ Shape legend
 A language model generates one token at a time, and every new token attends causally to all
 tokens before it. The keys and values of those earlier tokens do not change: a
 :class:`KVCache` keeps them, per layer, in the head layout (B, H, L, d), so that each step
-projects only the *new* positions and appends their keys and values. Then::
+projects only the *new* positions and stores their keys and values. Then::
 
     cache = KVCache()
     for t in range(L):
@@ -19,27 +19,34 @@ projects only the *new* positions and appends their keys and values. Then::
 
 gives, at every step, the row ``t`` of ``mha(x, x, x, causal_valid_lens(B, L))``.
 
-``MultiHeadAttention.forward(..., cache=cache)`` hands the call to :meth:`LayerCache.attend`
-(the cache imports the layer's helpers; ``mha_lib.multihead`` never imports this module).
+The cache only *stores*: :meth:`LayerCache.update` takes the new keys and values and returns
+everything cached (the design of Hugging Face's caches). The attention layers
+(``MultiHeadAttention``, ``GroupedQueryAttention``) attend to what it returns, through the one
+computation they share, :func:`mha_lib.multihead.attend_heads`.
+
+Prompts of different lengths decode as one batch: pad them on the right, and give every step
+the ``positions`` (B, n) of its new tokens. Example ``b`` then writes its keys and values at its
+own positions (overwriting the keys of its padding, which later tokens replace), and the
+causal rule, valid length = position + 1, hides the slots it has not written yet.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from mha_lib._checks import check_positive_int, check_tensor
-from mha_lib.heads import merge_heads, split_heads
+from mha_lib._checks import check_positive_int, check_tensor, read_scalars, tracing
+from mha_lib.masking import check_positions, mask_from_valid_lens
+from mha_lib.multihead import AttentionCache
 
-__all__ = ["KVCache", "LayerCache", "causal_keep_mask", "kv_cache_bytes", "layer_cache"]
+__all__ = ["KVCache", "LayerCache", "causal_keep_mask", "kv_cache_bytes"]
 
 
 def causal_keep_mask(num_cached: int, num_new: int, device=None) -> Tensor:
     """Keep mask (``True`` = may attend) of ``num_new`` queries that follow ``num_cached`` keys.
 
     New query ``i`` sits at position ``num_cached + i`` and may see keys ``0 .. num_cached + i``:
-    everything cached, and the new positions up to itself.
+    everything cached, and the new positions up to itself (valid length ``num_cached + i + 1``).
 
     Returns:
         (n, L + n) bool with ``n = num_new``, ``L = num_cached``.
@@ -47,9 +54,9 @@ def causal_keep_mask(num_cached: int, num_new: int, device=None) -> Tensor:
     if isinstance(num_cached, bool) or not isinstance(num_cached, int) or num_cached < 0:
         raise ValueError(f"num_cached must be an integer >= 0, got {num_cached!r}")
     n = check_positive_int(num_new, "num_new")
-    keys = torch.arange(num_cached + n, device=device)  # (L + n,)
-    last_visible = num_cached + torch.arange(n, device=device)  # (n,)
-    return keys <= last_visible[:, None]  # (n, 1) vs (L + n,) -> (n, L + n)
+    valid_lens = torch.arange(num_cached + 1, num_cached + n + 1, device=device)  # (n,)
+    keep, _ = mask_from_valid_lens(valid_lens[None], num_cached + n)  # (1, n, L + n)
+    return keep[0]  # (n, L + n)
 
 
 def kv_cache_bytes(
@@ -68,14 +75,14 @@ def kv_cache_bytes(
     return 2 * num_layers * B * num_kv_heads * length * head_size * itemsize
 
 
-class LayerCache:
+class LayerCache(AttentionCache):
     """The cached keys and values of one attention layer, in head layout (B, H, L, d).
 
     The storage grows like a Python list: when it is full, it is reallocated with twice the
-    room, so appending n positions costs O(n) on average, not a copy of everything cached.
+    room, so that storing n positions costs O(n) on average, not a copy of everything cached.
     ``keys`` and ``values`` are views of the first L positions. When the new keys need a
-    gradient (training, not ``torch.no_grad``), each append concatenates instead, so that
-    autograd keeps every step's tensors intact.
+    gradient (training, not ``torch.no_grad``), each update concatenates instead, so that
+    autograd keeps every step's tensors intact. Slots nobody wrote hold zeros.
     """
 
     def __init__(self) -> None:
@@ -108,16 +115,25 @@ class LayerCache:
             return 0
         return 2 * self.keys.numel() * self._keys.element_size()
 
-    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Append the keys and values of n new positions; return everything cached.
+    def update(
+        self, keys: Tensor, values: Tensor, positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Store the keys and values of n new positions; return everything cached.
+
+        Every update adds n slots, L -> L + n. Without ``positions`` the new keys fill them
+        (an append); with ``positions`` example ``b`` writes its keys at ``positions[b]``
+        instead, anywhere in 0 .. L + n - 1 (a batch of prompts of different lengths, each
+        continuing at its own position; see the module docstring).
 
         Shapes:
             keys, values: (B, H, n, d), already projected and split into heads.
+            positions: None, (n,) or (B, n) integers in [0, L + n).
             returns: keys and values (B, H, L + n, d), views of the storage.
 
         Raises:
             ValueError: keys or values not 4-D, of different shapes, or not matching what is
-                cached (batch size, number of heads, head size, dtype, device).
+                cached (batch size, number of heads, head size, dtype, device); positions of
+                another shape or out of range.
         """
         check_tensor(keys, "keys", 4)
         check_tensor(values, "values", 4)
@@ -129,26 +145,46 @@ class LayerCache:
         B, H, n, d = keys.shape
         if self._keys is not None:
             self._check_fits(keys)
+        L = self._length
+        index = None
+        if positions is not None:
+            positions = self._check_position_values(check_positions(positions, B, n), L + n)
+            index = positions.to(keys.device)[:, None, :, None].expand(B, H, n, d)  # (B, H, n, d)
         if torch.is_grad_enabled() and (keys.requires_grad or values.requires_grad):
             # Autograd keeps the cached tensors of earlier steps for the backward pass: no
-            # writes in place, a new concatenation each step (slower, but gradients flow).
-            old_k, old_v = (keys[:, :, :0], values[:, :, :0]) if self._keys is None else (self.keys, self.values)
-            self._keys = torch.cat([old_k, keys], dim=2)  # (B, H, L + n, d)
-            self._values = torch.cat([old_v, values], dim=2)
-            self._length += n
-            return self.keys, self.values
+            # writes in place, a new tensor each step (slower, but gradients flow).
+            self._keys, self._values = (self._stored(old, new, index) for old, new in
+                                        ((self.keys, keys), (self.values, values)))
+        else:
+            self._reserve(keys, L + n)
+            if index is None:
+                self._keys[:, :, L : L + n] = keys
+                self._values[:, :, L : L + n] = values
+            else:  # example b writes position positions[b, i] (slots nobody writes stay 0)
+                self._keys.scatter_(2, index, keys)
+                self._values.scatter_(2, index, values)
+        self._length = L + n
+        return self.keys, self.values
+
+    def _stored(self, old: Tensor | None, new: Tensor, index: Tensor | None) -> Tensor:
+        """Out of place (for autograd): the cached tensor with the n new positions stored."""
+        if old is None:
+            old = new[:, :, :0]  # (B, H, 0, d)
+        if index is None:
+            return torch.cat([old, new], dim=2)  # (B, H, L + n, d)
+        room = torch.cat([old, torch.zeros_like(new)], dim=2)  # (B, H, L + n, d)
+        return room.scatter(2, index, new)
+
+    def _reserve(self, like: Tensor, length: int) -> None:
+        """Make room for ``length`` positions (zeros), doubling the storage when it is full."""
+        B, H, _, d = like.shape
         if self._keys is None:
-            capacity = max(n, 16)
-            self._keys = keys.new_empty(B, H, capacity, d)
-            self._values = values.new_empty(B, H, capacity, d)
-        elif self._length + n > self._keys.shape[2]:
-            capacity = max(2 * self._keys.shape[2], self._length + n)
+            self._keys = like.new_zeros(B, H, max(length, 16), d)
+            self._values = like.new_zeros(B, H, max(length, 16), d)
+        elif length > self._keys.shape[2]:
+            capacity = max(2 * self._keys.shape[2], length)
             self._keys = self._grow(self._keys, capacity)
             self._values = self._grow(self._values, capacity)
-        self._keys[:, :, self._length : self._length + n] = keys
-        self._values[:, :, self._length : self._length + n] = values
-        self._length += n
-        return self.keys, self.values
 
     def _check_fits(self, keys: Tensor) -> None:
         B, H, _, d = keys.shape
@@ -165,59 +201,26 @@ class LayerCache:
                 f"{self._keys.dtype} on {self._keys.device}"
             )
 
+    @staticmethod
+    def _check_position_values(positions: Tensor, length: int) -> Tensor:
+        """Raise unless every position lies in [0, length) (one host read)."""
+        if positions.numel() and not tracing():
+            lowest, highest = read_scalars(*torch.aminmax(positions))
+            if lowest < 0 or highest >= length:
+                raise ValueError(
+                    f"positions must lie in [0, L + n) = [0, {length}) (the cached positions "
+                    f"and the n new slots), got {positions.tolist()}"
+                )
+        return positions
+
     def _grow(self, storage: Tensor, capacity: int) -> Tensor:
         B, H, _, d = storage.shape
-        bigger = storage.new_empty(B, H, capacity, d)
+        bigger = storage.new_zeros(B, H, capacity, d)
         bigger[:, :, : self._length] = storage[:, :, : self._length]
         return bigger
 
-    def attend(self, mha, queries, keys, values, valid_lens=None, *, need_weights=False,
-               head_mask=None) -> Tensor:
-        """Self-attention of n new positions to the cache and to themselves, then append them.
 
-        Called by ``MultiHeadAttention.forward(..., cache=...)`` after its input checks.
-
-        Shapes:
-            queries, keys, values: (B, n, D); the new positions (keys and values are usually
-                the queries themselves).
-            returns: (B, n, D), the rows ``L .. L + n - 1`` of causal self-attention over all
-                ``L + n`` positions.
-
-        Raises:
-            ValueError: keys of another length than the queries (cross-attention has nothing
-                to cache step by step), valid_lens or need_weights given, or new positions
-                that do not match the cache.
-        """
-        B, n, _ = queries.shape
-        if keys.shape[1] != n:
-            raise ValueError(
-                "with a cache, keys and values must be the new positions themselves "
-                f"(self-attention): {n} queries but {keys.shape[1]} keys"
-            )
-        if valid_lens is not None:
-            raise ValueError(
-                "valid_lens cannot be combined with cache: the cache makes the attention "
-                "causal; pad nothing, decode each sequence with its own cache"
-            )
-        if need_weights:
-            raise ValueError("need_weights=True is not supported with cache")
-        gates = mha._check_head_mask(head_mask, B, queries)
-        H = mha.num_heads
-        q = split_heads(mha.W_q(queries), H)  # (B, n, D) -> (B, H, n, d)
-        k = split_heads(mha.W_k(keys), H)  # (B, n, D) -> (B, H, n, d)
-        v = split_heads(mha.W_v(values), H)  # (B, n, D) -> (B, H, n, d)
-        L = len(self)
-        k_all, v_all = self.append(k, v)  # (B, H, L + n, d) each
-        keep = None if n == 1 else causal_keep_mask(L, n, device=q.device)  # (n, L + n)
-        dropout_p = mha.attention.dropout.p if mha.training else 0.0
-        out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=keep, dropout_p=dropout_p)
-        # out: (B, H, n, d)
-        if gates is not None:
-            out = out * gates[:, :, None, None]  # (B, H) -> (B, H, 1, 1)
-        return mha.W_o(merge_heads(out))  # (B, H, n, d) -> (B, n, D)
-
-
-class KVCache:
+class KVCache(AttentionCache):
     """Keys and values of every attention layer of a model, for decoding step by step.
 
     ``cache[i]`` is the :class:`LayerCache` of layer ``i``; a one-layer cache (the default)
@@ -249,12 +252,14 @@ class KVCache:
         for layer in self.layers:
             layer.reset()
 
-    def attend(self, mha, *args, **kwargs) -> Tensor:
-        """:meth:`LayerCache.attend` of the only layer (a cache of several layers needs ``cache[i]``)."""
-        return layer_cache(self).attend(mha, *args, **kwargs)
+    def update(
+        self, keys: Tensor, values: Tensor, positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`LayerCache.update` of the only layer (a cache of several layers needs ``cache[i]``)."""
+        return _layer_cache(self).update(keys, values, positions)
 
 
-def layer_cache(cache: object) -> LayerCache:
+def _layer_cache(cache: object) -> LayerCache:
     """The :class:`LayerCache` to use: ``cache`` itself, or the only layer of a ``KVCache``."""
     if isinstance(cache, LayerCache):
         return cache

@@ -27,13 +27,13 @@ from torch import Tensor
 
 from mha_lib._checks import check_positive_int
 from mha_lib.attention import check_qkv
-from mha_lib.masking import check_valid_lens
+from mha_lib.masking import mask_from_valid_lens, read_valid_lens
 
-__all__ = ["OnlineSoftmaxState", "online_softmax_blocks", "tiled_attention", "tiled_attention_steps"]
+__all__ = ["online_softmax_blocks", "tiled_attention", "tiled_attention_steps"]
 
 
 @dataclass
-class OnlineSoftmaxState:
+class _OnlineSoftmaxState:
     """What the online softmax keeps per query after the keys ``0 .. keys_seen - 1``.
 
     Shapes:
@@ -59,6 +59,8 @@ class OnlineSoftmaxState:
 
 
 def _check(queries, keys, values, valid_lens, block_size):
+    """The checks of :func:`online_softmax_blocks`; returns the valid lengths (checked, on the
+    queries' device: one host read) and the block size."""
     check_qkv(queries, keys, values)
     if queries.shape[-1] != keys.shape[-1]:
         raise ValueError(
@@ -67,11 +69,7 @@ def _check(queries, keys, values, valid_lens, block_size):
         )
     block_size = check_positive_int(block_size, "block_size")
     B, Lq, _ = queries.shape
-    valid_lens = check_valid_lens(valid_lens, B, Lq, keys.shape[1])
-    if valid_lens is not None:
-        valid_lens = valid_lens.to(queries.device)
-        if valid_lens.dim() == 1:
-            valid_lens = valid_lens[:, None].expand(B, Lq)  # (B,) -> (B, Lq)
+    valid_lens, _ = read_valid_lens(valid_lens, B, Lq, keys.shape[1], device=queries.device)
     return valid_lens, block_size
 
 
@@ -82,7 +80,7 @@ def online_softmax_blocks(
     valid_lens: Tensor | Sequence[float] | None = None,
     *,
     block_size: int = 64,
-) -> Iterator[OnlineSoftmaxState]:
+) -> Iterator[_OnlineSoftmaxState]:
     """The online softmax: walk the keys in blocks, yield the running state after each block.
 
     Shapes and arguments as in :func:`tiled_attention`; the last state's ``output`` is the
@@ -97,13 +95,12 @@ def online_softmax_blocks(
     acc = queries.new_zeros(B, Lq, values.shape[-1])  # running weighted sum
     q = queries / math.sqrt(d)
     # Blocks past the longest valid length hold no key anybody may see: stop there.
-    end = Lk if valid_lens is None else int(valid_lens.max())
+    end = Lk if valid_lens is None else _longest(valid_lens)
     for start in range(0, end, block_size):
         stop = min(start + block_size, Lk)
         scores = q @ keys[:, start:stop].transpose(1, 2)  # (B, Lq, b)
-        if valid_lens is not None:
-            positions = torch.arange(start, stop, device=q.device)  # (b,)
-            keep = positions < valid_lens[..., None]  # (B, Lq, 1) vs (b,) -> (B, Lq, b)
+        if valid_lens is not None:  # keep: (B, Lq or 1, b), keys start .. stop - 1
+            keep, _ = mask_from_valid_lens(valid_lens.lens, stop - start, first_key=start)
             scores = scores.masked_fill_(~keep, lowest)
         # The maximum only keeps exp() in range: the output does not depend on it, so it
         # needs no gradient (detached), and the scores can then be shifted in place.
@@ -115,9 +112,16 @@ def online_softmax_blocks(
         s = s * correction + p.sum(dim=-1)
         acc = acc * correction[..., None] + p @ values[:, start:stop]  # (B, Lq, dv)
         m = m_new
-        yield OnlineSoftmaxState(stop, m, s, acc)
+        yield _OnlineSoftmaxState(stop, m, s, acc)
     if end == 0:  # every row has valid length 0: nothing to walk
-        yield OnlineSoftmaxState(0, m, s, acc)
+        yield _OnlineSoftmaxState(0, m, s, acc)
+
+
+def _longest(valid_lens) -> int:
+    """The largest valid length (read by the check; read here only while a graph is recorded)."""
+    if valid_lens.highest is not None or valid_lens.lens.numel() == 0:
+        return valid_lens.highest or 0
+    return int(valid_lens.lens.max())
 
 
 def tiled_attention(
@@ -159,7 +163,7 @@ def tiled_attention_steps(
     valid_lens: Tensor | Sequence[float] | None = None,
     *,
     block_size: int = 64,
-) -> list[OnlineSoftmaxState]:
+) -> list[_OnlineSoftmaxState]:
     """Every intermediate state of :func:`tiled_attention`, one per block (for figures).
 
     The last state's ``output`` is what :func:`tiled_attention` returns.

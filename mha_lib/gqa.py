@@ -14,6 +14,11 @@ Query head ``h`` uses key/value head ``h // g``: heads ``0 .. g-1`` share the fi
 on (the convention of ``F.scaled_dot_product_attention(..., enable_gqa=True)``). With
 ``Hkv = H`` this is multi-head attention; with ``Hkv = 1`` it is multi-query attention
 (Shazeer, 2019). ``W_k`` and ``W_v`` shrink from (D, D) to (D, Hkv*d), and so does a KV cache.
+
+:func:`grouped_attention` shows the sharing by broadcasting (chapter 10); the layer attends
+through :func:`mha_lib.multihead.attend_heads`, the computation every attention layer shares.
+With ``rope=True`` it rotates queries and keys by their positions (RoPE, :func:`rotary`), as
+the language models that use grouped-query attention do.
 """
 
 from __future__ import annotations
@@ -24,11 +29,24 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import check_positive_int, check_probability, check_tensor
-from mha_lib.attention import check_qkv
-from mha_lib.decoding import causal_keep_mask, layer_cache
+from mha_lib._checks import (
+    check_bool,
+    check_positive_int,
+    check_probability,
+    check_tensor,
+    quiet_when_traced,
+)
+from mha_lib.attention import FiniteDotProductAttention, check_qkv
 from mha_lib.heads import merge_heads, split_heads
-from mha_lib.masking import check_valid_lens, keep_mask_from_valid_lens, masked_softmax_keep
+from mha_lib.masking import check_positions, softmax_over_kept
+from mha_lib.multihead import (
+    attend_heads,
+    cached_keys_values,
+    check_cached_attention,
+    check_head_mask,
+    read_lens_and_gates,
+)
+from mha_lib.positions import rotary
 
 __all__ = ["GroupedQueryAttention", "grouped_attention", "kv_head_of"]
 
@@ -76,7 +94,7 @@ def grouped_attention(
         weights = torch.softmax(scores, dim=-1)
     else:
         keep = keep.expand(B, H, Lq, Lk).reshape(B, Hkv, g, Lq, Lk)  # (B, H, ..) -> (B, Hkv, g, ..)
-        weights = masked_softmax_keep(scores, keep)
+        weights = softmax_over_kept(scores, keep)
     out = (weights if dropout is None else dropout(weights)) @ v  # (B, Hkv, g, Lq, Lk) @ (B, Hkv, 1, Lk, d) -> (B, Hkv, g, Lq, d)
     # (B, Hkv, g, Lq, .) -> (B, H, Lq, .)
     return out.reshape(B, H, Lq, d), weights.reshape(B, H, Lq, Lk)
@@ -89,6 +107,8 @@ class GroupedQueryAttention(nn.Module):
         queries: (B, Lq, D)
         keys, values: (B, Lk, D)
         valid_lens: None, (B,) or (B, Lq)
+        head_mask: None, (H,) or (B, H)
+        positions: None, (Lq,) or (B, Lq) integers
         output: (B, Lq, D); weights: (B, H, Lq, Lk)
 
     Args:
@@ -97,10 +117,13 @@ class GroupedQueryAttention(nn.Module):
         num_kv_heads: Hkv, the key/value heads; must divide ``num_heads``.
         dropout: dropout rate on the attention weights, in [0, 1).
         bias: whether the four projections have a bias.
+        rope: rotate queries and keys by their positions (RoPE, :func:`mha_lib.positions.rotary`)
+            after the projections; needs an even head size d.
     """
 
     def __init__(
-        self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float, bias: bool = False
+        self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float, bias: bool = False,
+        rope: bool = False,
     ) -> None:
         super().__init__()
         D = check_positive_int(d_model, "d_model")
@@ -110,11 +133,16 @@ class GroupedQueryAttention(nn.Module):
             raise ValueError(f"d_model ({D}) must be divisible by num_heads ({H})")
         if H % Hkv:
             raise ValueError(f"num_kv_heads ({Hkv}) must divide num_heads ({H})")
-        if not isinstance(bias, bool):
-            raise ValueError(f"bias must be True or False, got {bias!r}")
+        check_bool(bias, "bias")
+        self.rope = check_bool(rope, "rope")
+        if rope and (D // H) % 2:
+            raise ValueError(
+                f"rope=True rotates pairs of features: the head size d = d_model / num_heads "
+                f"must be even, got {D // H}"
+            )
         self.num_heads, self.num_kv_heads = H, Hkv
         self.head_size = D // H
-        self.dropout = nn.Dropout(check_probability(dropout, "dropout"))
+        self.attention = FiniteDotProductAttention(check_probability(dropout, "dropout"))
         self.W_q = nn.Linear(D, D, bias=bias)
         self.W_k = nn.Linear(D, Hkv * self.head_size, bias=bias)
         self.W_v = nn.Linear(D, Hkv * self.head_size, bias=bias)
@@ -128,24 +156,70 @@ class GroupedQueryAttention(nn.Module):
         valid_lens: Tensor | Sequence[float] | None = None,
         *,
         need_weights: bool = False,
+        head_mask: Tensor | None = None,
         cache=None,
+        positions: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from every query to the valid keys, each query head through its group's K/V head.
 
         Args:
             queries, keys, values: see the shape legend.
-            valid_lens: how many key-value pairs each example (B,) or query (B, Lq) may use.
+            valid_lens: how many key-value pairs each example (B,) or query (B, Lq) may use;
+                with a cache, counted from the first cached position (at most L + Lq).
             need_weights: also return the weights (B, H, Lq, Lk).
+            head_mask: gates of the query heads, (H,) or (B, H), multiplying each head's
+                output before ``W_o`` (as in ``MultiHeadAttention``).
             cache: a ``mha_lib.decoding.KVCache`` (or one layer of it): the queries are new
                 positions of a self-attention, attending causally to the cached ones and to
-                themselves. The cache stores Hkv heads, not H.
+                themselves. The cache stores Hkv heads, not H (and the keys after RoPE).
+            positions: the positions of the queries (and, in self-attention, of the keys):
+                for RoPE, and with a cache for the causal rule (a query at position p sees
+                keys 0 .. p) and where the new keys are stored. Default: L .. L + Lq - 1, with
+                L the cached positions (0 without a cache); without a cache and with Lk != Lq
+                the keys sit at 0 .. Lk - 1. Prompts of different lengths decode as one batch
+                when each example gets its own positions (B, Lq): see ``mha_lib.decoding``.
 
         Returns:
             output (B, Lq, D), or ``(output, weights)``.
+
+        Raises:
+            ValueError: inputs that do not fit (sizes, dtype, device), bad valid lengths, head
+                mask, cache or positions.
         """
+        valid_lens, gates = self._check_forward(
+            queries, keys, values, valid_lens, need_weights, head_mask, cache, positions)
+        H, Hkv = self.num_heads, self.num_kv_heads
+        q = split_heads(self.W_q(queries), H)  # (B, Lq, D) -> (B, H, Lq, d)
+        k = split_heads(self.W_k(keys), Hkv)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
+        v = split_heads(self.W_v(values), Hkv)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
+        if self.rope:
+            q, k = self._rotate(q, k, cache, positions)
+        if cache is not None:  # decoding: the cached positions are keys too
+            k, v, valid_lens = cached_keys_values(cache, k, v, valid_lens, positions)
+        out, weights = attend_heads(q, k, v, valid_lens, self.attention, need_weights=need_weights,
+                                    gates=gates)  # out: (B, H, Lq, d)
+        output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
+        return (output, weights) if need_weights else output
+
+    def _rotate(self, q: Tensor, k: Tensor, cache, positions) -> tuple[Tensor, Tensor]:
+        """RoPE: rotate queries (B, H, Lq, d) and keys (B, Hkv, Lk, d) by their positions."""
+        B, _, Lq, _ = q.shape
+        Lk = k.shape[2]
+        if positions is None:
+            start = 0 if cache is None else len(cache)
+            positions = torch.arange(start, start + Lq, device=q.device)  # (Lq,)
+        else:
+            positions = check_positions(positions, B, Lq).to(q.device)[:, None]  # (B, 1, Lq)
+        key_positions = positions if Lk == Lq else torch.arange(Lk, device=k.device)
+        return rotary(q, positions), rotary(k, key_positions)
+
+    @quiet_when_traced
+    def _check_forward(self, queries, keys, values, valid_lens, need_weights, head_mask, cache,
+                       positions):
+        """The checks of :meth:`forward` (at most one host read: valid lengths, head gates);
+        returns the checked valid lengths (or None) and the head gates (B, H) (or None)."""
         check_qkv(queries, keys, values)
-        if not isinstance(need_weights, bool):
-            raise ValueError(f"need_weights must be True or False, got {need_weights!r}")
+        check_bool(need_weights, "need_weights")
         D, weight = self.W_q.in_features, self.W_q.weight
         for name, x in (("queries", queries), ("keys", keys), ("values", values)):
             if x.shape[-1] != D:
@@ -156,38 +230,18 @@ class GroupedQueryAttention(nn.Module):
                     f"{weight.dtype} on {weight.device}: convert one with .to(...)"
                 )
         B, Lq, _ = queries.shape
-        Lk = keys.shape[1]
-        H, Hkv = self.num_heads, self.num_kv_heads
-        q = split_heads(self.W_q(queries), H)  # (B, Lq, D) -> (B, H, Lq, d)
-        k = split_heads(self.W_k(keys), Hkv)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
-        v = split_heads(self.W_v(values), Hkv)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
+        gates = check_head_mask(head_mask, self.num_heads, B, queries)
+        num_keys = keys.shape[1]
         if cache is not None:
-            keep = self._append_to_cache(cache, k, v, valid_lens, Lq, Lk)
-            k, v = layer_cache(cache).keys, layer_cache(cache).values  # (B, Hkv, L + Lq, d)
-        else:
-            valid_lens = check_valid_lens(valid_lens, B, Lq, Lk)
-            keep = None
-            if valid_lens is not None:
-                valid_lens = valid_lens.to(queries.device)
-                per_query = valid_lens.dim() == 2
-                keep = keep_mask_from_valid_lens(valid_lens, Lq if per_query else 1, Lk)[:, None]
-                # keep: (B, 1, Lq or 1, Lk)
-        out, weights = grouped_attention(q, k, v, keep, self.dropout)
-        # out: (B, H, Lq, d); weights: (B, H, Lq, Lk)
-        output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
-        return (output, weights) if need_weights else output
-
-    def _append_to_cache(self, cache, k, v, valid_lens, Lq, Lk) -> Tensor | None:
-        """Append the new keys and values; return the causal keep mask of the new queries."""
-        layer = layer_cache(cache)
-        if Lk != Lq:
-            raise ValueError(
-                "with a cache, keys and values must be the new positions themselves "
-                f"(self-attention): {Lq} queries but {Lk} keys"
-            )
-        if valid_lens is not None:
-            raise ValueError("valid_lens cannot be combined with cache: the cache makes the "
-                             "attention causal")
-        L = len(layer)
-        layer.append(k, v)
-        return causal_keep_mask(L, Lq, device=k.device)  # (Lq, L + Lq)
+            num_keys = check_cached_attention(cache, queries, keys, positions)
+        elif positions is not None:
+            if not self.rope:
+                raise ValueError("positions are used with rope=True or with a cache, got neither")
+            check_positions(positions, B, Lq)
+            if keys.shape[1] != Lq:
+                raise ValueError(
+                    "positions place the queries and, in self-attention, the keys: with "
+                    f"{Lq} queries but {keys.shape[1]} keys, leave positions=None"
+                )
+        valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates, device=queries.device)
+        return valid_lens, gates

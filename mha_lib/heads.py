@@ -9,7 +9,7 @@ Shape legend
     H   number of heads
     L   sequence length (Lq or Lk)
     d   head size
-    D   H*d, the model width
+    D   H*d, the model width (d_model)
 
 The heads fold into the batch axis so that one batched matrix product computes every head of
 every example at once. Row ``b*H + h`` of the folded tensor holds head ``h`` of example ``b``
@@ -24,6 +24,8 @@ from __future__ import annotations
 from torch import Tensor
 
 from mha_lib._checks import check_positive_int, check_tensor, quiet_when_traced
+
+__all__ = ["merge_heads", "split_heads", "transpose_output", "transpose_qkv"]
 
 
 def split_heads(X: Tensor, num_heads: int) -> Tensor:

@@ -1,19 +1,23 @@
-"""How much does each head matter? Entropy, ablation, gradient importance, and pruning.
+"""How much does each head matter? Entropy, gates, ablation, gradient importance, and pruning.
 
-Two ways to measure a head's importance, both through the ``head_mask`` gates of
+The general head analysis behind chapters 5, 7 and 8; it knows no task. Two ways to measure a
+head's importance, both through the ``head_mask`` gates of
 :class:`~mha_lib.multihead.MultiHeadAttention` (gate ``xi_h`` multiplies head ``h``'s output
 before ``W_o``):
 
-* **ablation**: set one gate to 0 and measure how much accuracy drops;
-* **gradient importance** (Michel, Levy & Neubig, 2019, "Are Sixteen Heads Really Better than
-  One?"): ``I_h = E_x |dL(x) / d xi_h|`` at ``xi = 1``, a first-order estimate of how much the
-  loss would change if the head were removed, from a single backward pass.
+* **ablation** (:func:`ablation`): set one gate to 0 and measure what is lost;
+* **gradient importance** (:func:`gradient_importance`; Michel, Levy & Neubig, 2019, "Are
+  Sixteen Heads Really Better than One?"): ``I_h = E_x |dL(x) / d xi_h|`` at ``xi = 1``, a
+  first-order estimate of how much the loss would change if the head were removed, from a
+  single backward pass.
 
-:func:`prune_heads` then removes heads for real: a smaller module with fewer parameters and
-the same output as the gated original.
+Both take a function of the gates (the experiment's own accuracy or loss), so they work for
+any model that accepts ``head_mask``. :func:`prune_heads` then removes heads for real: a
+smaller module with fewer parameters and the same output as the gated original.
 
 Shape legend
     B   batch size
+    N   layers (when gates are per layer)
     H   heads
     Lq  queries, Lk key-value pairs
     d   head size
@@ -26,18 +30,32 @@ import copy
 import numbers
 from contextlib import ExitStack
 from functools import partial
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int, check_tensor
 from mha_lib._modes import eval_mode
-from mha_lib.bench import Ratio, paired_ratio, time_paired
 from mha_lib.masking import check_valid_lens, padding_mask_from_valid_lens, padding_to_keep
 from mha_lib.multihead import MultiHeadAttention
-from mha_lib.tasks import TaskBatch
-from mha_lib.training import accuracy, loss_fn
+from mha_lib.timing import paired_ratio, time_paired
+
+if TYPE_CHECKING:
+    from mha_lib.timing import Ratio
+
+__all__ = [
+    "ablation",
+    "attention_entropy",
+    "gradient_importance",
+    "head_gates",
+    "prune_heads",
+    "prune_model",
+    "pruned_speedups",
+    "pruning_curve",
+    "ranks",
+    "spearman",
+]
 
 
 def attention_entropy(weights: Tensor, valid_lens: Tensor | Sequence[float] | None = None) -> Tensor:
@@ -60,6 +78,8 @@ def attention_entropy(weights: Tensor, valid_lens: Tensor | Sequence[float] | No
             valid_lens not (B,) or given with ``Lq != Lk``, or a bad entry of valid_lens.
     """
     check_tensor(weights, "weights", 4)
+    if weights.is_meta:
+        raise ValueError("weights must hold values, got a tensor on the meta device")
     B, H, Lq, Lk = weights.shape
     if B * Lq == 0:
         raise ValueError(
@@ -90,30 +110,93 @@ def attention_entropy(weights: Tensor, valid_lens: Tensor | Sequence[float] | No
     return (row_entropy * real).sum(dim=(0, 2)) / real.sum(dim=(0, 2))
 
 
-def head_gates(num_heads: int, removed: Iterable[int] = ()) -> Tensor:
-    """Gates (H,) for ``head_mask``: 1 everywhere except 0 at the ``removed`` heads."""
-    H = check_positive_int(num_heads, "num_heads")
-    gates = torch.ones(H)
-    gates[_check_heads(removed, H, allow_all=True)] = 0.0
+def _check_shape(heads: object) -> tuple[int, ...]:
+    """``heads`` as a shape: ``(H,)`` for an int H, ``(N, H)`` for a pair."""
+    if isinstance(heads, tuple) and len(heads) == 2:
+        return (check_positive_int(heads[0], "heads[0] (N)"), check_positive_int(heads[1], "heads[1] (H)"))
+    if isinstance(heads, numbers.Integral) and not isinstance(heads, bool):
+        return (check_positive_int(heads, "heads"),)
+    raise ValueError(f"heads must be H (an integer >= 1) or a pair (N, H) of layers and heads, got {heads!r}")
+
+
+def _check_pairs(removed: object, shape: tuple[int, int]) -> list[tuple[int, int]]:
+    N, H = shape
+    if isinstance(removed, (str, bytes, Tensor)) or not isinstance(removed, Iterable):
+        raise ValueError(f"removed must be an iterable of (layer, head) pairs, got {removed!r}")
+    pairs = list(removed)
+    for item in pairs:
+        if (not isinstance(item, tuple) or len(item) != 2
+                or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in item)
+                or not (0 <= item[0] < N and 0 <= item[1] < H)):
+            raise ValueError(
+                f"removed must hold (layer, head) pairs with layer in [0, {N}) and head in [0, {H}), got {item!r}"
+            )
+    if len(set(pairs)) != len(pairs):
+        raise ValueError(f"removed must not repeat a head, got {pairs}")
+    return [(int(n), int(h)) for n, h in pairs]
+
+
+def head_gates(heads: int | tuple[int, int], removed: Iterable = ()) -> Tensor:
+    """Gates for ``head_mask``: 1 everywhere except 0 at the ``removed`` heads.
+
+    Args:
+        heads: H, for one attention layer, or ``(N, H)`` for N layers of H heads.
+        removed: head indices in ``[0, H)`` (a list, tuple or integer tensor), or with
+            ``(N, H)`` the ``(layer, head)`` pairs to switch off.
+
+    Returns:
+        (H,) or (N, H) float gates.
+
+    Raises:
+        ValueError: heads not H or (N, H), an unknown or repeated head in removed.
+    """
+    shape = _check_shape(heads)
+    gates = torch.ones(shape)
+    if len(shape) == 1:
+        gates[_check_heads(removed, shape[0], allow_all=True, name="removed")] = 0.0
+    else:
+        for n, h in _check_pairs(removed, shape):
+            gates[n, h] = 0.0
     return gates
 
 
-def ablation_accuracies(model: nn.Module, batch: TaskBatch) -> Tensor:
-    """Accuracy of ``model`` with each head removed in turn (its gate set to 0).
+def _all_heads(shape: tuple[int, ...]) -> list:
+    return list(range(shape[0])) if len(shape) == 1 else [(n, h) for n in range(shape[0]) for h in range(shape[1])]
+
+
+def ablation(evaluate: Callable[[Tensor], float], heads: int | tuple[int, int]) -> Tensor:
+    """``evaluate`` with each head removed in turn (its gate set to 0, all others 1).
+
+    Example (chapter 7): ``ablation(lambda gates: accuracy(model, examples, gates), H)``.
 
     Args:
-        model: has ``num_heads`` and accepts ``head_mask``, like
-            :class:`~mha_lib.models.DigitAttentionModel`.
-        batch: the evaluation examples.
+        evaluate: ``evaluate(gates) -> number``, e.g. the accuracy of the model run with
+            ``head_mask=gates``.
+        heads: H, or ``(N, H)`` for gates per layer.
 
     Returns:
-        (H,): entry ``h`` is the accuracy without head ``h``.
+        (H,) or (N, H): entry ``h`` (or ``[n, h]``) is ``evaluate`` without that head.
+
+    Raises:
+        ValueError: evaluate not callable, or returning something that is not a real number.
     """
-    H = _check_model_and_batch(model, batch)
-    return torch.tensor([accuracy(model, batch, head_gates(H, [h])) for h in range(H)])
+    if not callable(evaluate):
+        raise ValueError(f"evaluate must be a function of the gates, got {evaluate!r}")
+    shape = _check_shape(heads)
+    values = []
+    for head in _all_heads(shape):
+        value = evaluate(head_gates(heads, [head]))
+        if isinstance(value, Tensor) and value.numel() == 1:
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"evaluate must return a real number, got {value!r}")
+        values.append(float(value))
+    return torch.tensor(values).reshape(shape)  # (H,) or (N*H,) -> (N, H)
 
 
-def gradient_importance(model: nn.Module, batch: TaskBatch) -> Tensor:
+def gradient_importance(
+    per_example_loss: Callable[[Tensor], Tensor], batch_size: int, heads: int | tuple[int, int]
+) -> Tensor:
     """Michel et al.'s head importance ``I_h = E_x |dL(x) / d xi_h|`` at gates ``xi = 1``.
 
     Every example gets its own row of gates, a (B, H) tensor of ones, so one backward pass
@@ -121,19 +204,34 @@ def gradient_importance(model: nn.Module, batch: TaskBatch) -> Tensor:
     the absolute values are averaged over the batch. (Taking the absolute value per example
     matters: averaging first would let positive and negative gradients cancel.)
 
+    Example (chapter 7):
+    ``gradient_importance(lambda gates: example_losses(model, examples, gates), len(examples), H)``.
+
     Args:
-        model: accepts ``head_mask`` of shape (B, H) and returns logits (B, L, V).
-        batch: the examples the expectation runs over.
+        per_example_loss: ``per_example_loss(gates) -> (B,)`` losses, with gates of shape
+            (B, H) (or (B, N, H)) passed to the model as its ``head_mask``.
+        batch_size: B.
+        heads: H, or ``(N, H)``.
 
     Returns:
-        (H,) non-negative importances.
+        (H,) or (N, H) non-negative importances.
+
+    Raises:
+        ValueError: per_example_loss not callable or not returning (B,) losses that depend
+            on the gates.
     """
-    H = _check_model_and_batch(model, batch)
-    gates = torch.ones(len(batch), H, requires_grad=True)  # (B, H)
-    with eval_mode(model):
-        logits = model(batch.tokens, batch.valid_lens, head_mask=gates)
-    per_example = loss_fn(logits, batch.targets, reduction="per_example")  # (B,)
-    (grad,) = torch.autograd.grad(per_example.sum(), gates)  # (B, H)
+    if not callable(per_example_loss):
+        raise ValueError(f"per_example_loss must be a function of the gates, got {per_example_loss!r}")
+    B = check_positive_int(batch_size, "batch_size")
+    shape = _check_shape(heads)
+    gates = torch.ones(B, *shape, requires_grad=True)  # (B, H) or (B, N, H)
+    losses = per_example_loss(gates)
+    if not isinstance(losses, Tensor) or losses.shape != (B,) or not losses.requires_grad:
+        got = f"shape {tuple(losses.shape)}" if isinstance(losses, Tensor) else type(losses).__name__
+        raise ValueError(f"per_example_loss must return (B,) = ({B},) losses computed from the gates, got {got}")
+    (grad,) = torch.autograd.grad(losses.sum(), gates, allow_unused=True)  # (B, H) or (B, N, H)
+    if grad is None:
+        raise ValueError("per_example_loss must use the gates (pass them as head_mask): no gradient reached them")
     return grad.abs().mean(dim=0)
 
 
@@ -168,6 +266,8 @@ def _check_scores(x: object, name: str, min_len: int) -> Tensor:
         t = torch.as_tensor(x)
     except (TypeError, ValueError, RuntimeError) as err:
         raise ValueError(f"{name} must be a 1-D tensor or list of numbers: {err}") from None
+    if t.is_meta:
+        raise ValueError(f"{name} must hold values, got a tensor on the meta device")
     if t.dtype == torch.bool or t.is_complex() or t.dim() != 1 or t.numel() < min_len:
         raise ValueError(
             f"{name} must be 1-D real numbers with at least {min_len} entries, "
@@ -179,21 +279,7 @@ def _check_scores(x: object, name: str, min_len: int) -> Tensor:
     return t
 
 
-def _check_model_and_batch(model: object, batch: object) -> int:
-    """Check a model with ``num_heads`` heads and a TaskBatch; return H."""
-    if not isinstance(model, nn.Module) or not isinstance(getattr(model, "num_heads", None), int):
-        raise ValueError(
-            f"model must be a torch.nn.Module with an integer num_heads (like DigitAttentionModel), "
-            f"got {type(model).__name__}"
-        )
-    if not isinstance(batch, TaskBatch):
-        raise ValueError(f"batch must be a mha_lib.tasks.TaskBatch, got {type(batch).__name__}")
-    if len(batch) == 0:
-        raise ValueError("batch must hold at least one example, got an empty batch")
-    return model.num_heads
-
-
-def _check_heads(heads: Iterable[int], num_heads: int, *, allow_all: bool = False) -> list[int]:
+def _check_heads(heads: Iterable[int], num_heads: int, *, allow_all: bool = False, name: str = "heads") -> list[int]:
     """Validate head indices: integers in [0, H), no duplicates (and not every head).
 
     Accepts an iterable of integers (Python or NumPy ints) or an integer tensor of at most one
@@ -203,24 +289,24 @@ def _check_heads(heads: Iterable[int], num_heads: int, *, allow_all: bool = Fals
     if isinstance(heads, Tensor):
         if heads.dim() > 1 or heads.dtype == torch.bool or heads.is_floating_point() or heads.is_complex():
             raise ValueError(
-                "heads must be a 0-D or 1-D integer tensor of head indices, "
+                f"{name} must be a 0-D or 1-D integer tensor of head indices, "
                 f"got dtype {heads.dtype} and shape {tuple(heads.shape)}"
             )
         heads = heads.reshape(-1).tolist()  # () or (n,) -> [n ints]
     if isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
-        raise ValueError(f"heads must be an iterable of integer head indices, got {heads!r}")
+        raise ValueError(f"{name} must be an iterable of integer head indices, got {heads!r}")
     heads = list(heads)
     wrong = [h for h in heads if isinstance(h, bool) or not isinstance(h, numbers.Integral)]
     if wrong:
         raise ValueError(
-            f"heads must hold integer head indices (not bools, floats or strings), got {wrong!r} in {heads!r}"
+            f"{name} must hold integer head indices (not bools, floats or strings), got {wrong!r} in {heads!r}"
         )
     heads = [int(h) for h in heads]
     bad = [h for h in heads if not 0 <= h < num_heads]
     if bad:
-        raise ValueError(f"heads must be indices in [0, {num_heads}) (H = {num_heads}), got {bad}")
+        raise ValueError(f"{name} must be indices in [0, {num_heads}) (H = {num_heads}), got {bad}")
     if len(set(heads)) != len(heads):
-        raise ValueError(f"heads must not repeat an index, got {heads}")
+        raise ValueError(f"{name} must not repeat an index, got {heads}")
     if not allow_all and len(heads) == num_heads:
         raise ValueError(f"cannot prune all {num_heads} heads (got {sorted(heads)}): keep at least one")
     return heads
@@ -233,8 +319,8 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
     of ``W_o``. The copy keeps the other heads' rows and columns, so with ``H'`` heads left it
     has ``W_q, W_k, W_v: (H'*d, in)`` and ``W_o: (D, H'*d)``: ``num_heads = H'``, the head size
     ``d`` and the output width ``D`` unchanged. ``W_o`` is therefore no longer square, which
-    :class:`~mha_lib.multihead.MultiHeadAttention` supports (its ``num_hiddens`` and
-    ``head_size`` read ``W_q``). A module pruned before can be pruned again.
+    :class:`~mha_lib.multihead.MultiHeadAttention` supports (its width and ``head_size``
+    read ``W_q``). A module pruned before can be pruned again.
 
     The output equals the original's with those heads gated to 0
     (``mha(..., head_mask=head_gates(H, heads))``); the biases of ``W_o`` stay, as gating
@@ -254,6 +340,8 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
     """
     if not isinstance(mha, MultiHeadAttention):
         raise ValueError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
+    if mha.W_q.weight.is_meta:
+        raise ValueError("mha must hold weights, got a module on the meta device")
     H, d = mha.num_heads, mha.head_size
     removed = set(_check_heads(heads, H))
     kept = [h for h in range(H) if h not in removed]
@@ -262,14 +350,9 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
     # The new weights are all copied from mha below, so their random initialisation is thrown
     # away; fork_rng puts the global generator back, so pruning leaves later draws unchanged.
     with torch.random.fork_rng(devices=[]):
-        pruned = MultiHeadAttention(
-            key_size=mha.W_k.in_features,
-            query_size=mha.W_q.in_features,
-            value_size=mha.W_v.in_features,
-            num_hiddens=len(kept) * d,
-            num_heads=len(kept),
-            dropout=mha.attention.dropout.p,
-            bias=bias,
+        pruned = MultiHeadAttention(  # key, query, value sizes, width H'*d, H', dropout
+            mha.W_k.in_features, mha.W_q.in_features, mha.W_v.in_features,
+            len(kept) * d, len(kept), mha.attention.dropout.p, bias=bias,
         )
         pruned.W_o = nn.Linear(len(kept) * d, mha.W_o.out_features, bias=mha.W_o.bias is not None)
     with torch.no_grad():
@@ -285,55 +368,78 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
     return pruned.train(mha.training)
 
 
-def prune_model(model: nn.Module, heads: Iterable[int]) -> nn.Module:
-    """A copy of ``model`` whose ``attention`` layer has the given heads pruned away."""
+def _check_attention_model(model: object) -> MultiHeadAttention:
     if not isinstance(model, nn.Module) or not isinstance(getattr(model, "attention", None), MultiHeadAttention):
         raise ValueError(
             "model must be a torch.nn.Module whose attention layer is a MultiHeadAttention, "
             f"got {type(model).__name__}"
         )
+    return model.attention
+
+
+def prune_model(model: nn.Module, heads: Iterable[int]) -> nn.Module:
+    """A copy of ``model`` whose ``attention`` layer has the given heads pruned away (see :func:`prune_heads`)."""
+    attention = _check_attention_model(model)
     smaller = copy.deepcopy(model)
-    smaller.attention = prune_heads(model.attention, heads)
+    smaller.attention = prune_heads(attention, heads)
     return smaller
 
 
-def pruning_curve(model: nn.Module, batch: TaskBatch, order: Sequence[int]) -> list[float]:
-    """Accuracy while heads are pruned one after another in ``order``.
+def pruning_curve(model: nn.Module, order: Sequence[int], evaluate: Callable[[nn.Module], float]) -> list[float]:
+    """``evaluate`` while heads are pruned one after another in ``order``.
+
+    Example (chapter 7): ``pruning_curve(model, order, lambda m: accuracy(m, examples))``.
+
+    Args:
+        model: has an ``attention`` layer, a :class:`~mha_lib.multihead.MultiHeadAttention`
+            (see :func:`prune_model`).
+        order: every head index ``0 .. H-1`` once, the first to be pruned first.
+        evaluate: ``evaluate(model) -> number``.
 
     Returns:
-        ``H`` accuracies: with all heads, then without ``order[0]``, then without
+        ``H`` values: with all heads, then without ``order[0]``, then without
         ``order[:2]``, ..., down to the single head ``order[H-1]``.
     """
-    H = _check_model_and_batch(model, batch)
-    order = _check_heads(order, H, allow_all=True)
+    H = _check_attention_model(model).num_heads
+    if not callable(evaluate):
+        raise ValueError(f"evaluate must be a function of the model, got {evaluate!r}")
+    order = _check_heads(order, H, allow_all=True, name="order")
     if len(order) != H:
         raise ValueError(f"order must list every one of the {H} heads once, got {order}")
-    return [accuracy(model, batch)] + [
-        accuracy(prune_model(model, order[:k]), batch) for k in range(1, H)
-    ]
+    return [evaluate(model)] + [evaluate(prune_model(model, order[:k])) for k in range(1, H)]
 
 
 def pruned_speedups(
-    reference: nn.Module, others: Sequence[nn.Module], batch: TaskBatch, *, repeats: int = 7
+    reference: nn.Module, others: Sequence[nn.Module], inputs: Sequence, *, repeats: int = 7
 ) -> list[Ratio]:
-    """How many times faster each of ``others`` runs ``batch`` than ``reference`` (eval mode).
+    """How many times faster each of ``others`` runs ``model(*inputs)`` than ``reference`` (eval mode).
 
-    Uses :func:`mha_lib.bench.time_paired`: the models run in turns inside every repetition,
+    Uses :func:`mha_lib.timing.time_paired`: the models run in turns inside every repetition,
     and each repetition gives one ratio ``t_reference / t_other``, so a burst of load from
     another process slows both sides of a ratio alike. For reporting only: no test asserts a
     time.
 
+    Args:
+        reference: the model to compare with.
+        others: the models to time against it (e.g. pruned copies).
+        inputs: the positional arguments of every call, e.g. ``(tokens, valid_lens)``.
+        repeats: repetitions of the paired timing.
+
     Returns:
-        One :class:`~mha_lib.bench.Ratio` (median, min, max over repetitions) per other model.
+        One ``Ratio`` (median, min, max over repetitions) per other model.
     """
     if isinstance(others, nn.Module) or not isinstance(others, Sequence):
         raise ValueError(f"others must be a sequence of models, got {type(others).__name__}")
-    for m in (reference, *others):
-        _check_model_and_batch(m, batch)
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+        raise ValueError(f"inputs must be a tuple of the models' positional arguments, got {type(inputs).__name__}")
     models = [reference, *others]
+    for i, m in enumerate(models):
+        if not isinstance(m, nn.Module):
+            name = "reference" if i == 0 else f"others[{i - 1}]"
+            raise ValueError(f"{name} must be a torch.nn.Module, got {type(m).__name__}")
     with ExitStack() as stack:
         for m in models:
             stack.enter_context(eval_mode(m))
-        fns = {f"model {i}": partial(m, batch.tokens, batch.valid_lens) for i, m in enumerate(models)}
+        fns = {f"model {i}": partial(m, *inputs) for i, m in enumerate(models)}
         times = time_paired(fns, repeats=repeats)
     return [paired_ratio(times, "model 0", f"model {i}") for i in range(1, len(models))]

@@ -1,4 +1,4 @@
-"""Induction heads: a two-layer attention-only transformer that learns to copy in context.
+"""Chapter 8's experiment: a two-layer attention-only transformer that learns to copy in context.
 
 Sequences of random tokens whose second half repeats the first (:func:`make_repeated_batch`)
 can be predicted in their second half by a two-step circuit (Elhage et al., 2021; Olsson et
@@ -6,15 +6,17 @@ al., 2022): a *previous-token head* in layer 0 writes "the token before me was `
 every position, and an *induction head* in layer 1 lets the current token ``a`` look for the
 position whose previous token was ``a`` (the token after the earlier ``a``) and copies it.
 
-* :class:`AttentionOnlyTransformer`  embeddings, two causal ``MultiHeadAttention`` layers on a
-  residual stream, unembedding (no MLP, no LayerNorm)
 * :func:`make_repeated_batch`        the task
+* :class:`Config`, :class:`AttentionOnlyTransformer`   the model (and how it is trained):
+  embeddings, two causal ``MultiHeadAttention`` layers on a residual stream, unembedding
+  (no MLP, no LayerNorm)
 * :func:`half_losses`                loss on the random and on the repeated half
 * :func:`head_scores`                previous-token and induction score of every head
-* :func:`train`                      seeded CPU training with a progress bar and a loss log
-* :func:`load_pretrained`            the shipped model (``mha_lib/data/induction_heads.pt``)
+* :func:`train`, :func:`save`, :func:`load_pretrained`, :func:`main`   the experiment convention:
+  ``python -m mha_lib.induction --out PATH`` retrains the shipped weights from the seed
 
-``python -m mha_lib.induction --out PATH`` retrains and saves a checkpoint to ``PATH``.
+Heads are switched off with ``head_mask`` gates of shape (N, H), e.g.
+``mha_lib.importance.head_gates((N, H), [(1, 0)])``.
 
 Shape legend
     B   batch size
@@ -22,33 +24,58 @@ Shape legend
     N   number of layers (2)
     H   heads per layer
     d   head size
-    D   model width, H*d
+    D   model width, H*d (``d_model``)
     V   vocabulary size
 """
 
 from __future__ import annotations
 
-import argparse
-import math
 import sys
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import NamedTuple, Sequence, TextIO
+from typing import Iterator, NamedTuple, Sequence, TextIO
 
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib._checks import check_bool, check_positive_int, check_tensor
 from mha_lib._modes import eval_mode
 from mha_lib.masking import causal_valid_lens
 from mha_lib.multihead import MultiHeadAttention
+from mha_lib.training import (
+    TrainResult,
+    check_config,
+    check_config_fields,
+    load_model,
+    run_main,
+    save_result,
+    train_loop,
+)
 
-PRETRAINED_FILE = "induction_heads.pt"
-"""Name of the shipped checkpoint inside ``mha_lib/data``."""
+__all__ = [
+    "AttentionOnlyTransformer",
+    "Config",
+    "KIND",
+    "PRETRAINED_PATH",
+    "attention_scores",
+    "half_losses",
+    "head_scores",
+    "held_out_tokens",
+    "induction_targets",
+    "load_pretrained",
+    "main",
+    "make_repeated_batch",
+    "save",
+    "train",
+]
 
-TEST_SEED = 2025
+KIND = "induction"
+"""The ``kind`` of this experiment's checkpoints."""
+PRETRAINED_PATH = Path(str(resources.files("mha_lib") / "data" / "induction_heads.pt"))
+"""The shipped checkpoint."""
+
+_TEST_SEED = 2025
 """Seed of the held-out sequences (never used for training batches)."""
 
 EVAL_HALF_LEN = 12
@@ -96,10 +123,10 @@ def make_repeated_batch(
 
 def _check_tokens(tokens: object, vocab_size: int | None = None) -> Tensor:
     if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.is_floating_point() \
-            or tokens.dtype == torch.bool or tokens.is_complex() or 0 in tokens.shape:
+            or tokens.dtype == torch.bool or tokens.is_complex() or 0 in tokens.shape or tokens.is_meta:
         got = (f"{tokens.dtype} of shape {tuple(tokens.shape)}" if isinstance(tokens, Tensor)
                else type(tokens).__name__)
-        raise ValueError(f"tokens must be a non-empty integer tensor of shape (B, L), got {got}")
+        raise ValueError(f"tokens must be a non-empty integer tensor of shape (B, L) (not on meta), got {got}")
     if vocab_size is not None and (tokens.min() < 0 or tokens.max() >= vocab_size):
         raise ValueError(
             f"tokens must be in [0, {vocab_size}), got values in [{int(tokens.min())}, {int(tokens.max())}]"
@@ -110,15 +137,43 @@ def _check_tokens(tokens: object, vocab_size: int | None = None) -> Tensor:
 # --- the model --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class InductionConfig:
-    """Sizes of :class:`AttentionOnlyTransformer` (the defaults are the shipped model's)."""
+class Config:
+    """The model's sizes and its training run (the defaults made the shipped weights).
 
-    vocab_size: int = 32
-    max_len: int = 64
-    num_hiddens: int = 32
-    num_heads: int = 2
-    num_layers: int = 2
-    position_infused: bool = True
+    Training: AdamW at a constant learning rate; each step draws a batch with its own
+    ``half_len`` in ``[min_half_len, max_half_len]``, so the repeat starts at a different
+    position from batch to batch and no head can copy by position alone (a fixed offset
+    ``half_len`` would let one layer do it). Each batch also starts at a random position
+    ``start`` (see :meth:`AttentionOnlyTransformer.forward`). The held-out losses are logged
+    every ``eval_every`` steps.
+    """
+
+    vocab_size: int = 32  # V
+    max_len: int = 64  # the longest sequence (start + L)
+    d_model: int = 32  # D = H * d
+    num_heads: int = 2  # H, per layer
+    num_layers: int = 2  # N
+    position_infused: bool = True  # positions go into queries and keys, not values
+    seed: int = 0
+    steps: int = 5000
+    batch_size: int = 32
+    lr: float = 2e-3
+    weight_decay: float = 0.1
+    min_half_len: int = 6
+    max_half_len: int = 20
+    eval_every: int = 25
+    num_threads: int = 1  # the model is tiny: extra threads mostly wait for each other
+
+    def __post_init__(self) -> None:
+        """Raise a ValueError naming the first field that is out of range (never clamp)."""
+        check_config_fields(self)
+        for name in ("vocab_size", "max_len", "num_layers", "min_half_len", "max_half_len", "eval_every"):
+            check_positive_int(getattr(self, name), f"config.{name}")
+        check_bool(self.position_infused, "config.position_infused")
+        if not 2 <= self.min_half_len <= self.max_half_len:
+            raise ValueError(
+                f"config needs 2 <= min_half_len <= max_half_len, got {self.min_half_len} and {self.max_half_len}"
+            )
 
 
 class AttentionOnlyTransformer(nn.Module):
@@ -142,19 +197,13 @@ class AttentionOnlyTransformer(nn.Module):
         weights: (B, N, H, L, L)
 
     Args:
-        config: the sizes (:class:`InductionConfig`).
+        config: the sizes (:class:`Config`; its training fields are not used here).
     """
 
-    def __init__(self, config: InductionConfig = InductionConfig()) -> None:
+    def __init__(self, config: Config = Config()) -> None:
         super().__init__()
-        for name, value in asdict(config).items():
-            if name == "position_infused":
-                if not isinstance(value, bool):
-                    raise ValueError(f"config.position_infused must be True or False, got {value!r}")
-            else:
-                check_positive_int(value, f"config.{name}")
-        self.config = config
-        D = config.num_hiddens
+        self.config = check_config(config, Config)
+        D = config.d_model
         self.token_embedding = nn.Embedding(config.vocab_size, D)
         self.position_embedding = nn.Embedding(config.max_len, D)
         self.layers = nn.ModuleList(
@@ -202,15 +251,14 @@ class AttentionOnlyTransformer(nn.Module):
                 f"start + L must be <= max_len = {cfg.max_len} with start an integer >= 0, "
                 f"got start = {start!r} and L = {tokens.shape[1]}"
             )
-        if not isinstance(need_weights, bool):
-            raise ValueError(f"need_weights must be True or False, got {need_weights!r}")
-        if head_mask is not None:
-            head_mask = torch.as_tensor(head_mask)
-            if head_mask.shape != (cfg.num_layers, cfg.num_heads):
-                raise ValueError(
-                    f"head_mask must have shape (N, H) = ({cfg.num_layers}, {cfg.num_heads}), "
-                    f"got {tuple(head_mask.shape)}"
-                )
+        check_bool(need_weights, "need_weights")
+        if head_mask is not None and (
+            not isinstance(head_mask, Tensor) or head_mask.shape != (cfg.num_layers, cfg.num_heads)
+        ):
+            got = tuple(head_mask.shape) if isinstance(head_mask, Tensor) else type(head_mask).__name__
+            raise ValueError(
+                f"head_mask must be a tensor of shape (N, H) = ({cfg.num_layers}, {cfg.num_heads}), got {got}"
+            )
         B, L = tokens.shape
         causal = causal_valid_lens(B, L)  # (B, L): query i sees keys 0..i
         P = self.position_embedding(torch.arange(start, start + L, device=tokens.device))  # (L, D)
@@ -232,30 +280,20 @@ class AttentionOnlyTransformer(nn.Module):
         return logits
 
 
-def head_gates(config: InductionConfig, removed: Sequence[tuple[int, int]] = ()) -> Tensor:
-    """Gates (N, H) for ``head_mask``: 1 everywhere, 0 at each ``(layer, head)`` in ``removed``."""
-    gates = torch.ones(config.num_layers, config.num_heads)
-    for item in removed:
-        if (not isinstance(item, tuple) or len(item) != 2
-                or not all(isinstance(i, int) and not isinstance(i, bool) for i in item)
-                or not (0 <= item[0] < config.num_layers and 0 <= item[1] < config.num_heads)):
-            raise ValueError(
-                f"removed must hold (layer, head) pairs with layer in [0, {config.num_layers}) "
-                f"and head in [0, {config.num_heads}), got {item!r}"
-            )
-        gates[item] = 0.0
-    return gates
-
-
 # --- what the model does ----------------------------------------------------------------------
 
-class HalfLosses(NamedTuple):
+class _HalfLosses(NamedTuple):
     """Mean next-token cross-entropy on each half of repeated sequences (nats)."""
 
     random: float
     """Predictions of tokens 1 .. half_len-1 (the random half: nothing to copy)."""
     repeated: float
     """Predictions of tokens half_len+1 .. L-1 (the repeated half: each can be copied)."""
+
+
+def _check_model(model: object) -> None:
+    if not isinstance(model, AttentionOnlyTransformer):
+        raise ValueError(f"model must be an AttentionOnlyTransformer, got {type(model).__name__}")
 
 
 def _half_len(tokens: Tensor) -> int:
@@ -266,7 +304,7 @@ def _half_len(tokens: Tensor) -> int:
 
 
 @torch.no_grad()
-def half_losses(model: AttentionOnlyTransformer, tokens: Tensor, head_mask: Tensor | None = None) -> HalfLosses:
+def half_losses(model: AttentionOnlyTransformer, tokens: Tensor, head_mask: Tensor | None = None) -> _HalfLosses:
     """Loss on the random and on the repeated half of repeated sequences, in eval mode.
 
     Token ``half_len`` (the first of the repeat) is left out of both: nothing before it says
@@ -275,6 +313,7 @@ def half_losses(model: AttentionOnlyTransformer, tokens: Tensor, head_mask: Tens
     Shapes:
         tokens: (B, L) from :func:`make_repeated_batch`; head_mask: None or (N, H).
     """
+    _check_model(model)
     tokens = _check_tokens(tokens)
     half = _half_len(tokens)
     with eval_mode(model):
@@ -282,10 +321,10 @@ def half_losses(model: AttentionOnlyTransformer, tokens: Tensor, head_mask: Tens
     per_token = nn.functional.cross_entropy(
         logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
     )  # (B, V, L-1) vs (B, L-1) -> (B, L-1): entry i is the loss of predicting token i+1
-    return HalfLosses(float(per_token[:, : half - 1].mean()), float(per_token[:, half:].mean()))
+    return _HalfLosses(float(per_token[:, : half - 1].mean()), float(per_token[:, half:].mean()))
 
 
-class HeadScores(NamedTuple):
+class _HeadScores(NamedTuple):
     """Per layer and head, what fraction of attention goes where (each (N, H), in [0, 1])."""
 
     previous_token: Tensor
@@ -310,19 +349,21 @@ def induction_targets(tokens: Tensor) -> Tensor:
     return torch.where(previous >= 0, previous + 1, -1)
 
 
-def attention_scores(weights: Tensor, tokens: Tensor) -> HeadScores:
+def attention_scores(weights: Tensor, tokens: Tensor) -> _HeadScores:
     """Previous-token and induction scores of attention weights on ``tokens``.
 
     Shapes:
         weights: (B, N, H, L, L), e.g. from ``model(tokens, need_weights=True)``
         tokens: (B, L)
-        returns: two (N, H) tensors (:class:`HeadScores`)
+        returns: two (N, H) tensors (previous-token and induction scores)
 
     Raises:
         ValueError: weights not 5-D floating point, or shapes that do not match tokens, or
             tokens where no token repeats (no induction score is defined).
     """
     check_tensor(weights, "weights", 5)
+    if weights.is_meta:
+        raise ValueError("weights must hold values, got a tensor on the meta device")
     tokens = _check_tokens(tokens)
     B, L = tokens.shape
     if weights.shape[0] != B or weights.shape[3:] != (L, L):
@@ -343,16 +384,17 @@ def attention_scores(weights: Tensor, tokens: Tensor) -> HeadScores:
     on_target = weights.gather(-1, index)[..., 0]  # (B, N, H, L)
     mask = has[:, None, None, :].to(weights.dtype)  # (B, L) -> (B, 1, 1, L)
     induction = (on_target * mask).sum(dim=(0, 3)) / mask.sum(dim=(0, 3))  # (N, H)
-    return HeadScores(previous, induction)
+    return _HeadScores(previous, induction)
 
 
 @torch.no_grad()
-def head_scores(model: AttentionOnlyTransformer, tokens: Tensor) -> HeadScores:
+def head_scores(model: AttentionOnlyTransformer, tokens: Tensor) -> _HeadScores:
     """Previous-token and induction score of every head of ``model`` on ``tokens`` (eval mode).
 
     Shapes:
         tokens: (B, L), e.g. from :func:`make_repeated_batch`; returns two (N, H) tensors.
     """
+    _check_model(model)
     with eval_mode(model):
         _, weights = model(tokens, need_weights=True)  # (B, N, H, L, L)
     return attention_scores(weights, tokens)
@@ -361,216 +403,105 @@ def head_scores(model: AttentionOnlyTransformer, tokens: Tensor) -> HeadScores:
 def held_out_tokens(batch_size: int = 512, half_len: int = EVAL_HALF_LEN,
                     vocab_size: int | None = None) -> Tensor:
     """The held-out sequences every number in the book is measured on (their own seed)."""
-    V = InductionConfig().vocab_size if vocab_size is None else vocab_size
-    return make_repeated_batch(batch_size, half_len, V, torch.Generator().manual_seed(TEST_SEED))
+    V = Config().vocab_size if vocab_size is None else vocab_size
+    return make_repeated_batch(batch_size, half_len, V, torch.Generator().manual_seed(_TEST_SEED))
 
 
-# --- training ---------------------------------------------------------------------------------
+# --- the experiment -------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """Hyper-parameters of a training run (the defaults trained the shipped weights).
-
-    Each step draws a batch with its own ``half_len`` in ``[min_half_len, max_half_len]``:
-    the repeat starts at a different position from batch to batch, so no head can copy by
-    position alone (a fixed offset ``half_len`` would let one layer do it). Each batch also
-    starts at a random position ``start`` (see :meth:`AttentionOnlyTransformer.forward`).
-    """
-
-    seed: int = 0
-    steps: int = 5000
-    batch_size: int = 32
-    lr: float = 2e-3
-    weight_decay: float = 0.1
-    min_half_len: int = 6
-    max_half_len: int = 20
-    eval_every: int = 25
-    num_threads: int = 1
-    model: InductionConfig = field(default_factory=InductionConfig)
-
-
-@dataclass
-class TrainResult:
-    """What :func:`train` returns: the model (eval mode) and its training record."""
-
-    model: AttentionOnlyTransformer
-    history: dict
-
-
-def _progress(step: int, steps: int, losses: HalfLosses, out: TextIO, width: int = 30) -> None:
-    done = width * step // steps
-    end = "\n" if step == steps else ""
-    out.write(f"\r[{'#' * done}{'.' * (width - done)}] step {step:>5}/{steps}  loss: random half "
-              f"{losses.random:.2f}, repeated half {losses.repeated:.2f}{end}")
-    out.flush()
-
-
-def _check_train_config(config: TrainConfig) -> None:
-    if not isinstance(config, TrainConfig):
-        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
-    for name in ("steps", "batch_size", "min_half_len", "max_half_len", "eval_every", "num_threads"):
-        check_positive_int(getattr(config, name), f"config.{name}")
-    if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
-        raise ValueError(f"config.seed must be an integer >= 0, got {config.seed!r}")
-    if not 2 <= config.min_half_len <= config.max_half_len:
+def _check_trainable(config: Config) -> None:
+    """The checks that only training needs (a config for the model alone may skip them)."""
+    if 2 * config.max_half_len > config.max_len or config.max_half_len > config.vocab_size:
         raise ValueError(
-            f"config needs 2 <= min_half_len <= max_half_len, got {config.min_half_len} and {config.max_half_len}"
+            f"config.max_half_len = {config.max_half_len} needs max_len >= {2 * config.max_half_len} "
+            f"and vocab_size >= {config.max_half_len}, got {config.max_len} and {config.vocab_size}"
         )
-    if 2 * config.max_half_len > config.model.max_len or config.max_half_len > config.model.vocab_size:
-        raise ValueError(
-            f"config.max_half_len = {config.max_half_len} needs model.max_len >= {2 * config.max_half_len} "
-            f"and model.vocab_size >= {config.max_half_len}, got {config.model.max_len} and "
-            f"{config.model.vocab_size}"
-        )
-    for name in ("lr", "weight_decay"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or value < 0 or (name == "lr" and value == 0):
-            raise ValueError(f"config.{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
 
 
-def train(config: TrainConfig = TrainConfig(), *, progress: bool | TextIO = True) -> TrainResult:
+def _batches(config: Config, data: torch.Generator) -> Iterator[tuple[Tensor, int]]:
+    """Endless training batches ``(tokens (B, L), start)``, every draw from ``data``."""
+    while True:
+        half = int(torch.randint(config.min_half_len, config.max_half_len + 1, (), generator=data))
+        tokens = make_repeated_batch(config.batch_size, half, config.vocab_size, data)  # (B, L)
+        # A random first position: every position index serves in both halves.
+        start = int(torch.randint(0, config.max_len - 2 * half + 1, (), generator=data))
+        yield tokens, start
+
+
+def _batch_loss(model: AttentionOnlyTransformer, batch: tuple[Tensor, int]) -> Tensor:
+    """Next-token cross-entropy on every prediction (both halves), like a language model."""
+    tokens, start = batch
+    logits = model(tokens, start=start)  # (B, L, V)
+    return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def train(config: Config = Config(), *, progress: bool | TextIO = True) -> TrainResult:
     """Train a fresh model from ``config.seed`` on the CPU; the same config gives the same weights.
 
-    Adam(W) at a constant learning rate, a fresh random batch every step (drawn from a seeded
-    generator), the parameters initialised from ``config.seed`` without touching the global
-    random state. Every ``eval_every`` steps the losses on both halves of
-    :func:`held_out_tokens` are logged: the loss curve the chapter plots.
+    AdamW at a constant learning rate, a fresh random batch every step (drawn from a seeded
+    generator), the parameters initialised from ``config.seed`` without touching the caller's
+    random state; the loop is :func:`mha_lib.training.train_loop`. Before the first step and
+    every ``eval_every`` steps it logs the losses on both halves of held-out sequences: the
+    loss curve the chapter plots.
 
     Args:
-        config: hyper-parameters and model sizes.
-        progress: print a one-line progress bar (to stderr, or to the given text stream).
+        config: sizes and hyper-parameters.
+        progress: a one-line progress bar to stderr (True), to a text stream, or none (False).
 
     Returns:
-        A :class:`TrainResult`; ``history`` holds ``train_config``, ``train_loss`` (every step,
-        repeated half), ``eval_steps``, ``eval_random``, ``eval_repeated`` and ``cpu_seconds`` (this
-        process's CPU time, which other processes' load hardly changes).
+        A :class:`~mha_lib.training.TrainResult` (model in eval mode); ``history`` holds
+        ``train_loss`` (every step), ``eval_steps``, ``eval_random``, ``eval_repeated``,
+        ``cpu_seconds`` (this process's CPU time, which other processes' load hardly changes)
+        and ``torch_version``.
     """
-    _check_train_config(config)
-    out = sys.stderr if progress is True else (progress or None)
-    threads = torch.get_num_threads()
-    # One thread: the model is tiny, and on a shared CPU extra threads mostly wait for each other.
-    torch.set_num_threads(config.num_threads)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            return _training_loop(config, out)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _training_loop(config: TrainConfig, out: TextIO | None) -> TrainResult:
-    # CPU time, not wall clock: on a shared machine the wall clock mostly measures the others
-    # (and this VM's monotonic clock was seen to jump by tens of minutes under load).
-    start_cpu = time.process_time()
-    torch.manual_seed(config.seed)  # the initialisation (inside train's fork_rng)
-    model = AttentionOnlyTransformer(config.model).train()
+    config = check_config(config, Config)
+    _check_trainable(config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)  # the initialisation, without touching the caller's state
+        model = AttentionOnlyTransformer(config)
     data = torch.Generator().manual_seed(config.seed + 1)
-    eval_half = min(EVAL_HALF_LEN, config.max_half_len)  # a length it trains on
-    held_out = held_out_tokens(256, eval_half, config.model.vocab_size)
+    held_out = held_out_tokens(256, min(EVAL_HALF_LEN, config.max_half_len), config.vocab_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    V = config.model.vocab_size
-    train_loss, eval_steps, eval_random, eval_repeated = [], [], [], []
-
-    def log(step: int) -> None:
-        losses = half_losses(model, held_out)
-        eval_steps.append(step)
-        eval_random.append(losses.random)
-        eval_repeated.append(losses.repeated)
-        if out is not None:
-            _progress(step, config.steps, losses, out)
-
-    log(0)
-    for step in range(1, config.steps + 1):
-        half = int(torch.randint(config.min_half_len, config.max_half_len + 1, (), generator=data))
-        tokens = make_repeated_batch(config.batch_size, half, V, data)  # (B, L)
-        # A random first position: every position index serves in both halves.
-        start = int(torch.randint(0, config.model.max_len - 2 * half + 1, (), generator=data))
-        logits = model(tokens, start=start)  # (B, L, V)
-        # Train on every prediction (both halves), like a language model.
-        loss = nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        train_loss.append(loss.item())
-        if step % config.eval_every == 0 or step == config.steps:
-            log(step)
-    model.eval()
-    cfg = asdict(config)
-    return TrainResult(model, {
-        "train_config": {k: v for k, v in cfg.items() if k != "model"},
-        "train_loss": torch.tensor(train_loss),
-        "eval_steps": torch.tensor(eval_steps),
-        "eval_random": torch.tensor(eval_random),
-        "eval_repeated": torch.tensor(eval_repeated),
-        "cpu_seconds": time.process_time() - start_cpu,
-        "torch_version": str(torch.__version__),
-    })
-
-
-# --- checkpoints ------------------------------------------------------------------------------
-
-def checkpoint(result: TrainResult) -> dict:
-    """A ``torch.load(..., weights_only=True)``-safe dict: config, state_dict and history."""
-    return {"config": asdict(result.model.config), "state_dict": result.model.state_dict(),
-            "history": result.history}
-
-
-def pretrained_path() -> Path:
-    """Where the shipped checkpoint lives (``mha_lib/data/induction_heads.pt``)."""
-    return Path(str(resources.files("mha_lib") / "data" / PRETRAINED_FILE))
-
-
-def load_checkpoint(path: str | Path | None = None) -> dict:
-    """Load a checkpoint dict with ``weights_only=True`` (tensors and plain data only)."""
-    return torch.load(path or pretrained_path(), map_location="cpu", weights_only=True)
-
-
-def from_checkpoint(ckpt: dict) -> AttentionOnlyTransformer:
-    """Rebuild a model from :func:`checkpoint`'s dict (in eval mode)."""
-    model = AttentionOnlyTransformer(InductionConfig(**ckpt["config"]))
-    model.load_state_dict(ckpt["state_dict"])
-    return model.eval()
-
-
-def load_pretrained(path: str | Path | None = None) -> AttentionOnlyTransformer:
-    """The shipped two-layer model with its induction head, in eval mode.
-
-    Its checkpoint also stores the training record (``load_checkpoint()["history"]``).
-    """
-    return from_checkpoint(load_checkpoint(path))
+    history = train_loop(
+        model, _batch_loss, _batches(config, data), optimizer, steps=config.steps,
+        evaluate=lambda m: half_losses(m, held_out)._asdict(), eval_every=config.eval_every,
+        num_threads=config.num_threads, progress=progress,
+    )
+    return TrainResult(model, config, history)
 
 
 def save(result: TrainResult, path: str | Path, *, overwrite: bool = False) -> Path:
-    """Save :func:`checkpoint` of ``result`` to ``path``; refuses to replace a file unless ``overwrite``."""
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise ValueError(f"{path} exists: pass overwrite=True (--overwrite) to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(checkpoint(result), path)
-    return path
+    """Save a :func:`train` result as a checkpoint of kind ``"induction"`` (refuses to
+    overwrite an existing file unless ``overwrite``); returns the path."""
+    return save_result(result, path, kind=KIND, model_class=AttentionOnlyTransformer, overwrite=overwrite)
+
+
+def load_pretrained(path: str | Path | None = None) -> AttentionOnlyTransformer:
+    """The shipped two-layer model with its induction head (or the checkpoint at ``path``), eval mode.
+
+    Its checkpoint's ``extra`` holds the loss curves the chapter plots:
+    ``load_checkpoint(PRETRAINED_PATH, kind=KIND)["extra"]``. Another file raises a ValueError.
+    """
+    return load_model(PRETRAINED_PATH if path is None else path, kind=KIND, config_class=Config,
+                      model_class=AttentionOnlyTransformer)
+
+
+def _summary(result: TrainResult) -> str:
+    config = result.config
+    tokens = held_out_tokens(512, min(EVAL_HALF_LEN, config.max_half_len), config.vocab_size)
+    scores = head_scores(result.model, tokens)
+    return (f"trained in {result.history['cpu_seconds']:.1f} s of CPU time; previous-token scores "
+            f"(layer x head) {scores.previous_token.numpy().round(3).tolist()}, induction scores "
+            f"{scores.induction.numpy().round(3).tolist()}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m mha_lib.induction --out PATH [--seed S] [--steps N] [--overwrite]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m mha_lib.induction",
-        description="Train the two-layer attention-only model on repeated random tokens.",
+    return run_main(
+        argv, name="induction", config=Config(), train=train, save=save, summary=_summary,
+        description="Train the two-layer attention-only model on repeated random tokens (the "
+        f"default Config reproduces the shipped {PRETRAINED_PATH.name}) and save it.",
     )
-    parser.add_argument("--out", required=True, type=Path,
-                        help=f"checkpoint to write (the shipped one is {pretrained_path()})")
-    parser.add_argument("--seed", type=int, default=TrainConfig.seed)
-    parser.add_argument("--steps", type=int, default=TrainConfig.steps)
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    args = parser.parse_args(argv)
-    if args.out.exists() and not args.overwrite:
-        parser.error(f"{args.out} exists; pass --overwrite to replace it")
-    result = train(TrainConfig(seed=args.seed, steps=args.steps))
-    save(result, args.out, overwrite=args.overwrite)
-    scores = head_scores(result.model, held_out_tokens())
-    print(f"trained in {result.history['cpu_seconds']:.1f} s of CPU time -> {args.out}")
-    print("previous-token scores (layer x head):", scores.previous_token.numpy().round(3).tolist())
-    print("induction scores (layer x head):     ", scores.induction.numpy().round(3).tolist())
-    return 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ from torch import Tensor, nn
 from mha_lib.masking import keep_mask_from_valid_lens, keep_to_padding
 from mha_lib.multihead import MultiHeadAttention
 
+__all__ = ["to_torch_mha"]
+
 
 def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     """An ``nn.MultiheadAttention`` (``batch_first=True``) holding the same weights as ``mha``.
@@ -22,16 +24,16 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     ``k_proj_weight`` and ``v_proj_weight`` instead.
 
     Raises:
-        ValueError: if ``query_size != num_hiddens``: PyTorch's module projects queries to
+        ValueError: if ``query_size != d_model``: PyTorch's module projects queries to
             their own width, so it cannot express that configuration.
     """
     if not isinstance(mha, MultiHeadAttention):
         raise ValueError(f"mha must be an mha_lib.MultiHeadAttention, got {type(mha).__name__}")
-    D, H = mha.num_hiddens, mha.num_heads
+    D, H = mha.d_model, mha.num_heads
     if mha.W_q.in_features != D or mha.W_o.out_features != D:
         raise ValueError(
-            "nn.MultiheadAttention needs query_size == num_hiddens == output width, got "
-            f"query_size={mha.W_q.in_features}, num_hiddens={D}, output width={mha.W_o.out_features}"
+            "nn.MultiheadAttention needs query_size == d_model == output width, got "
+            f"query_size={mha.W_q.in_features}, d_model={D}, output width={mha.W_o.out_features}"
         )
     bias = mha.W_q.bias is not None
     torch_mha = nn.MultiheadAttention(

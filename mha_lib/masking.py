@@ -2,6 +2,7 @@
 
 Shape legend
     B   batch size (for multi-head attention after folding: B*H)
+    H   number of heads (the masks of the head layout (B, H, Lq, Lk) broadcast over it)
     Lq  number of queries
     Lk  number of key-value pairs
 
@@ -15,20 +16,113 @@ Three mask conventions meet in the literature; the named helpers below convert b
 * a *keep* mask, ``True`` = may attend, as in ``torch.nn.functional.scaled_dot_product_attention``;
 * a *padding* mask, ``True`` = masked out, as in ``nn.MultiheadAttention`` (``key_padding_mask``)
   and the einsum notes.
+
+Every attention path of the library turns valid lengths into a mask in ONE place,
+:func:`mask_from_valid_lens`: the teaching ``masked_softmax``, the additive bias of the weights
+path, the keep mask of the fused kernel, the blocks of ``mha_lib.flash`` and the causal masks of
+decoding with a cache.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 from torch import Tensor
 
-from mha_lib._checks import check_bool, check_size, check_tensor, quiet_when_traced, tracing
+from mha_lib._checks import (
+    check_bool,
+    check_not_meta,
+    check_size,
+    check_tensor,
+    quiet_when_traced,
+    read_scalars,
+    tracing,
+)
+
+__all__ = [
+    "CheckedLens",
+    "causal_valid_lens",
+    "check_attention_mask",
+    "check_positions",
+    "check_valid_lens",
+    "keep_mask_from_valid_lens",
+    "keep_to_padding",
+    "mask_from_valid_lens",
+    "masked_softmax",
+    "padding_mask_from_valid_lens",
+    "padding_to_keep",
+    "read_valid_lens",
+    "softmax_over_kept",
+    "valid_lens_from_keep_mask",
+]
+
+
+class CheckedLens(NamedTuple):
+    """Valid lengths that passed the checks, with the smallest and largest entry the check read.
+
+    Accepted wherever valid lengths are: a function that gets a ``CheckedLens`` checks its shape
+    but does not read its values again (no second host synchronisation), and may use what is
+    known: ``lowest > 0`` means that no query has an empty row.
+
+    Attributes:
+        lens: (B,) or (B, Lq) ``torch.long``.
+        lowest: the smallest entry, or None when unknown (while a graph is recorded, or no entry).
+        highest: the largest entry, or None when unknown.
+    """
+
+    lens: Tensor
+    lowest: int | None = None
+    highest: int | None = None
+
+
+def read_valid_lens(
+    valid_lens: Tensor | Sequence[float] | CheckedLens | None,
+    batch_size: int,
+    num_queries: int,
+    num_keys: int,
+    *also: Tensor,
+    device: torch.device | None = None,
+) -> tuple[CheckedLens | None, list[float | None]]:
+    """Check valid lengths, reading their values and the 0-d tensors ``also`` in ONE host read.
+
+    :func:`check_valid_lens` without the extras. A caller that must read a value of its own
+    (say, whether its inputs are finite) passes it as ``also`` and pays one synchronisation
+    with the device instead of two.
+
+    Returns:
+        ``(CheckedLens or None, values of also)``; while a graph is recorded nothing is read:
+        ``lowest``/``highest`` and the values of ``also`` are None.
+
+    Raises:
+        ValueError: as :func:`check_valid_lens`.
+    """
+    if not tracing():  # torch.jit.trace hands sizes over as tensors
+        for value, name in ((batch_size, "batch_size"), (num_queries, "num_queries"), (num_keys, "num_keys")):
+            check_size(value, name)
+    if valid_lens is None:
+        return None, _read(also)
+    if isinstance(valid_lens, CheckedLens):
+        _check_lens_shape(valid_lens.lens, batch_size, num_queries)
+        if valid_lens.highest is not None and valid_lens.highest > num_keys:
+            _raise_too_long(valid_lens.lens, num_keys)
+        lens = valid_lens if device is None else valid_lens._replace(lens=valid_lens.lens.to(device))
+        return lens, _read(also)
+    lens = _as_lens_tensor(valid_lens)
+    _check_lens_shape(lens, batch_size, num_queries)
+    if tracing() or lens.numel() == 0:  # value checks need the data (see mha_lib._checks.tracing)
+        values = _read(also)
+        lowest = highest = None
+    else:
+        lowest, highest, whole, *values = read_scalars(*_lens_summary(lens), *also)
+        _check_lens_values(lens, lowest, highest, whole, num_keys)
+        lowest, highest = int(lowest), int(highest)
+    lens = lens.long() if device is None else lens.to(device=device, dtype=torch.long)
+    return CheckedLens(lens, lowest, highest), values
 
 
 def check_valid_lens(
-    valid_lens: Tensor | Sequence[float] | None,
+    valid_lens: Tensor | Sequence[float] | CheckedLens | None,
     batch_size: int,
     num_queries: int,
     num_keys: int,
@@ -37,7 +131,7 @@ def check_valid_lens(
 
     Args:
         valid_lens: None, shape (B,) or (B, Lq); integers (any integer dtype) or whole-number
-            floats in [0, Lk].
+            floats in [0, Lk]; or a :class:`CheckedLens`.
         batch_size: B.
         num_queries: Lq.
         num_keys: Lk.
@@ -46,23 +140,34 @@ def check_valid_lens(
         None, or a ``torch.long`` tensor of shape (B,) or (B, Lq).
 
     Raises:
-        ValueError: wrong type, dtype, number of dimensions, batch size or shape, an entry that
-            is negative, not a whole number, or larger than Lk.
+        ValueError: wrong type, dtype, device (meta), number of dimensions, batch size or shape,
+            an entry that is negative, not a whole number, or larger than Lk.
     """
-    if not tracing():  # torch.jit.trace hands sizes over as tensors
-        for value, name in ((batch_size, "batch_size"), (num_queries, "num_queries"), (num_keys, "num_keys")):
-            check_size(value, name)
-    if valid_lens is None:
-        return None
+    lens, _ = read_valid_lens(valid_lens, batch_size, num_queries, num_keys)
+    return None if lens is None else lens.lens
+
+
+def _read(scalars: Sequence[Tensor]) -> list[float | None]:
+    """Read ``scalars`` in one host read, or give Nones while a graph is recorded."""
+    return [None] * len(scalars) if tracing() else read_scalars(*scalars)
+
+
+def _as_lens_tensor(valid_lens: object) -> Tensor:
+    """Valid lengths as a tensor of integers or floats (not yet checked for shape or values)."""
     if not isinstance(valid_lens, Tensor):
         try:
             valid_lens = torch.as_tensor(valid_lens)
         except (TypeError, ValueError, RuntimeError) as err:
             raise ValueError(f"valid_lens must be a tensor or a list of numbers: {err}") from None
+    check_not_meta(valid_lens, "valid_lens")
     if valid_lens.dtype == torch.bool or valid_lens.is_complex():
         raise ValueError(
             f"valid_lens must hold integers or whole-number floats, got dtype {valid_lens.dtype}"
         )
+    return valid_lens
+
+
+def _check_lens_shape(valid_lens: Tensor, batch_size: int, num_queries: int) -> None:
     if valid_lens.dim() not in (1, 2):
         raise ValueError(
             "valid_lens must have shape (B,) or (B, Lq), "
@@ -77,27 +182,91 @@ def check_valid_lens(
             f"valid_lens of shape {tuple(valid_lens.shape)} must be (B, Lq) = "
             f"({batch_size}, {num_queries}): {valid_lens.shape[1]} columns but {num_queries} queries"
         )
-    if not tracing():  # value checks need the data (see mha_lib._checks.tracing)
-        _check_valid_len_values(valid_lens, num_keys)
-    return valid_lens.long()
 
 
-def _check_valid_len_values(valid_lens: Tensor, num_keys: int) -> None:
-    """Raise unless every entry is a whole number in [0, Lk] (the checks that read values)."""
+def _lens_summary(valid_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Smallest entry, largest entry, and 1 if every entry is a whole number: 0-d tensors."""
+    lowest, highest = torch.aminmax(valid_lens)  # one pass for both
     if valid_lens.is_floating_point():
-        if not torch.isfinite(valid_lens).all() or (valid_lens != valid_lens.round()).any():
-            raise ValueError(f"valid_lens must be whole numbers, got {valid_lens.tolist()}")
-    if valid_lens.numel() == 0:
-        return
-    # The smallest and the largest entry in one pass (a third of the time of two comparisons)
-    lowest, highest = (x.item() for x in torch.aminmax(valid_lens))
+        whole = (torch.isfinite(valid_lens) & (valid_lens == valid_lens.round())).all()
+    else:
+        whole = torch.ones((), device=valid_lens.device)
+    return lowest, highest, whole
+
+
+def _check_lens_values(valid_lens: Tensor, lowest, highest, whole, num_keys: int) -> None:
+    """Raise unless every entry is a whole number in [0, Lk] (from the values read at once)."""
+    if not whole:
+        raise ValueError(f"valid_lens must be whole numbers, got {valid_lens.tolist()}")
     if lowest < 0:
         raise ValueError(f"valid_lens must be >= 0, got {valid_lens.tolist()}")
     if highest > num_keys:
-        raise ValueError(
-            f"valid_lens must be <= the number of key-value pairs Lk = {num_keys}, "
-            f"got {valid_lens.tolist()}"
-        )
+        _raise_too_long(valid_lens, num_keys)
+
+
+def _raise_too_long(valid_lens: Tensor, num_keys: int) -> None:
+    raise ValueError(
+        f"valid_lens must be <= the number of key-value pairs Lk = {num_keys}, "
+        f"got {valid_lens.tolist()}"
+    )
+
+
+def mask_from_valid_lens(
+    valid_lens: Tensor,
+    num_keys: int,
+    *,
+    heads: bool = False,
+    first_key: int = 0,
+    fill_empty: bool = False,
+    bias_dtype: torch.dtype | None = None,
+) -> tuple[Tensor, Tensor]:
+    """THE valid-lengths -> mask builder: every attention path of the library builds its mask here.
+
+    Key ``first_key + j`` may be attended by query ``i`` of example ``b`` when it lies below
+    the valid length ``valid_lens[b]`` (or ``valid_lens[b, i]``). One length per example gives
+    one row of keys that broadcasts over the queries (Lq times less to build than a full
+    mask). The values are not read (no host synchronisation, no branch on them: a recorded
+    graph holds for any lengths), so check them first with :func:`check_valid_lens`.
+
+    Shapes:
+        valid_lens: (B,) or (B, Lq), integers.
+        returns: ``mask`` (B, 1 or Lq, n) with n = ``num_keys``, and ``empty`` (B, 1 or Lq, 1)
+            or None; with ``heads`` both get a heads axis, (B, 1, 1 or Lq, n) and
+            (B, 1, 1 or Lq, 1), that broadcasts over the H heads of (B, H, Lq, Lk) scores.
+
+    Args:
+        valid_lens: the lengths.
+        num_keys: n, how many keys the mask covers.
+        heads: add the heads axis.
+        first_key: the position of the first key covered (a block of keys, as in
+            :mod:`mha_lib.flash`).
+        fill_empty: a query with valid length 0 may then attend to *every* key, and the caller
+            zeroes its output with ``empty`` (a row that keeps nothing gives NaN or zeros,
+            depending on the fused kernel and its version; a filled row gives neither).
+        bias_dtype: return an additive bias of this dtype instead of the keep mask: 0 where a
+            query may attend, -inf elsewhere (added to a score, -inf has exp() exactly 0).
+
+    Returns:
+        ``(mask, empty)``: the keep mask (``True`` = may attend) or the bias, and, with
+        ``fill_empty``, ``empty``: True for a query whose valid length is 0 (else None).
+    """
+    if valid_lens.dim() == 2:
+        lens = valid_lens[:, :, None]  # (B, Lq) -> (B, Lq, 1)
+    else:
+        lens = valid_lens[:, None, None]  # (B,) -> (B, 1, 1)
+    if heads:
+        lens = lens[:, None]  # (B, Lq or 1, 1) -> (B, 1, Lq or 1, 1): the same for every head
+    positions = torch.arange(first_key, first_key + num_keys, device=lens.device)  # (n,)
+    keep = positions < lens  # (..., Lq or 1, 1) vs (n,) -> (..., Lq or 1, n)
+    empty = None
+    if fill_empty:
+        empty = lens == 0  # (..., Lq or 1, 1)
+        keep = keep | empty
+    if bias_dtype is None:
+        return keep, empty
+    return torch.zeros(keep.shape, dtype=bias_dtype, device=keep.device).masked_fill_(
+        ~keep, float("-inf")
+    ), empty
 
 
 def keep_mask_from_valid_lens(
@@ -118,10 +287,8 @@ def keep_mask_from_valid_lens(
         ValueError: as :func:`check_valid_lens`; per-query lengths (B, Lq) with another Lq.
     """
     valid_lens = check_valid_lens(valid_lens, _rows(valid_lens), num_queries, num_keys)
-    if valid_lens.dim() == 1:
-        valid_lens = valid_lens[:, None].expand(-1, num_queries)  # (B,) -> (B, Lq)
-    positions = torch.arange(num_keys, device=valid_lens.device)  # (Lk,)
-    return positions < valid_lens[:, :, None]  # (B, Lq, 1) vs (Lk,) -> (B, Lq, Lk)
+    keep, _ = mask_from_valid_lens(valid_lens, num_keys)  # (B, 1 or Lq, Lk)
+    return keep.expand(-1, num_queries, -1).contiguous()  # (B, Lq, Lk)
 
 
 def padding_mask_from_valid_lens(valid_lens: Tensor | Sequence[float], num_keys: int) -> Tensor:
@@ -144,13 +311,16 @@ def padding_mask_from_valid_lens(valid_lens: Tensor | Sequence[float], num_keys:
             "a key padding mask holds one length per example: valid_lens must have shape (B,), "
             f"got {tuple(valid_lens.shape)}"
         )
-    return torch.arange(num_keys, device=valid_lens.device) >= valid_lens[:, None]
+    keep, _ = mask_from_valid_lens(valid_lens, num_keys)  # (B, 1, Lk)
+    return keep_to_padding(keep[:, 0])  # (B, Lk)
 
 
 def _rows(valid_lens: object) -> int:
     """The batch size valid lengths claim (their first axis), for converters that take no B."""
     if valid_lens is None:
         raise ValueError("valid_lens must be a tensor or a list of numbers, got None")
+    if isinstance(valid_lens, CheckedLens):
+        valid_lens = valid_lens.lens
     shape = getattr(valid_lens, "shape", None)
     if shape is None:
         try:
@@ -169,7 +339,7 @@ def keep_to_padding(mask: Tensor) -> Tensor:
         ValueError: mask not a boolean tensor (``~`` of an integer tensor flips its bits, not
             its meaning).
     """
-    return ~check_bool_mask(mask, "mask")
+    return ~_check_bool_mask(mask, "mask")
 
 
 def padding_to_keep(mask: Tensor) -> Tensor:
@@ -178,16 +348,16 @@ def padding_to_keep(mask: Tensor) -> Tensor:
     Raises:
         ValueError: mask not a boolean tensor.
     """
-    return ~check_bool_mask(mask, "mask")
+    return ~_check_bool_mask(mask, "mask")
 
 
-def check_bool_mask(mask: object, name: str) -> Tensor:
+def _check_bool_mask(mask: object, name: str) -> Tensor:
     """Return ``mask`` if it is a boolean tensor, else raise a ValueError naming ``name``."""
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
         raise ValueError(
             f"{name} must be a boolean torch.Tensor, got {getattr(mask, 'dtype', type(mask).__name__)}"
         )
-    return mask
+    return check_not_meta(mask, name)
 
 
 def masked_softmax(
@@ -205,10 +375,8 @@ def masked_softmax(
     valid_lens = _check_masked_softmax(X, valid_lens, inplace)
     if valid_lens is None:
         return torch.softmax(X, dim=-1)
-    B, Lq, Lk = X.shape
-    # One length per example masks the same keys for every query: a (B, 1, Lk) mask
-    # broadcasts over the queries and costs Lq times less to build than (B, Lq, Lk).
-    keep = keep_mask_from_valid_lens(valid_lens, Lq if valid_lens.dim() == 2 else 1, Lk)
+    # (B, 1, Lk) for one length per example (broadcasts over the queries), else (B, Lq, Lk)
+    keep, _ = mask_from_valid_lens(valid_lens, X.shape[-1])
     return softmax_over_kept(X, keep, inplace=inplace)
 
 
@@ -224,12 +392,21 @@ def _check_masked_softmax(X: object, valid_lens: object, inplace: object) -> Ten
 def softmax_over_kept(X: Tensor, keep: Tensor, inplace: bool = False) -> Tensor:
     """The masked softmax itself: ignore the scores where ``keep`` is False.
 
-    Masked scores become the most negative *finite* number, not ``-inf``: a row with nothing
-    to keep stays finite (uniform) instead of 0/0 = NaN, and the product with ``keep`` then
-    zeroes it. In a row that keeps a key, exp(lowest - max) underflows to exactly 0.
+    Any layout works (the heads may sit on any leading axis), so this is also the softmax for
+    boolean masks that do not come from valid lengths. Masked scores become the most negative
+    *finite* number, not ``-inf``: a row with nothing to keep stays finite (uniform) instead of
+    0/0 = NaN, and the product with ``keep`` then zeroes it. In a row that keeps a key,
+    exp(lowest - max) underflows to exactly 0. Masked entries come out exactly 0, and a row
+    with nothing to keep comes out all zeros, never NaN.
 
     Shapes:
-        X: (..., Lk) scores; keep: bool, broadcastable to X (True = may attend).
+        X: (..., Lk) scores, e.g. (B, Lq, Lk), (B, H, Lq, Lk) or (H, B, Lq, Lk).
+        keep: bool, broadcastable to X (True = may attend), e.g. (B, 1, Lq, Lk).
+        returns: X's shape.
+
+    Raises:
+        ValueError: X not a floating-point tensor, keep not boolean or not broadcastable to X,
+            or ``inplace`` on a tensor that may not be overwritten.
     """
     _check_kept(X, keep, inplace)
     lowest = torch.finfo(X.dtype).min
@@ -247,7 +424,8 @@ def _check_kept(X: object, keep: object, inplace: object) -> None:
         raise ValueError(
             f"X must be a floating-point torch.Tensor, got {getattr(X, 'dtype', type(X).__name__)}"
         )
-    check_bool_mask(keep, "keep")
+    check_not_meta(X, "X")
+    _check_bool_mask(keep, "keep")
     check_bool(inplace, "inplace")
     try:
         fits = torch.broadcast_shapes(keep.shape, X.shape) == X.shape
@@ -304,10 +482,12 @@ def check_attention_mask(
         name: the argument's name in error messages.
 
     Raises:
-        ValueError: not a tensor, not boolean (or 0/1 integers), or not broadcastable.
+        ValueError: not a tensor, not boolean (or 0/1 integers), on the meta device, or not
+            broadcastable.
     """
     if not isinstance(mask, Tensor):
         raise ValueError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
+    check_not_meta(mask, name)
     if mask.dtype != torch.bool:
         zero_one = tracing() or bool(((mask == 0) | (mask == 1)).all())
         if mask.is_floating_point() or mask.is_complex() or not zero_one:
@@ -325,24 +505,6 @@ def check_attention_mask(
             f"{name} must be broadcastable to (B, Lq, Lk) = {target}, got shape {tuple(mask.shape)}"
         )
     return mask.expand(target)
-
-
-def masked_softmax_keep(X: Tensor, keep: Tensor) -> Tensor:
-    """Softmax over the last axis that only looks at the entries where ``keep`` is True.
-
-    The general form of :func:`masked_softmax` for a boolean mask that need not come from
-    valid lengths (any layout: the heads may sit on any leading axis). Masked entries come out
-    exactly 0, and a row with nothing to keep comes out all zeros, never NaN.
-
-    Shapes:
-        X: (..., Lk) scores, e.g. (B, H, Lq, Lk) or (H, B, Lq, Lk).
-        keep: bool, broadcastable to X's shape, e.g. (B, 1, Lq, Lk); True = may attend.
-        returns: X's shape.
-
-    Raises:
-        ValueError: X not a floating-point tensor, keep not boolean or not broadcastable to X.
-    """
-    return softmax_over_kept(X, keep)
 
 
 def valid_lens_from_keep_mask(keep: Tensor) -> Tensor:
@@ -363,6 +525,7 @@ def valid_lens_from_keep_mask(keep: Tensor) -> Tensor:
             "keep must be a boolean tensor of shape (B, Lq, Lk), got "
             f"{getattr(keep, 'dtype', type(keep))} of shape {tuple(getattr(keep, 'shape', ()))}"
         )
+    check_not_meta(keep, "keep")
     valid_lens = keep.sum(dim=-1)  # (B, Lq, Lk) -> (B, Lq)
     if not torch.equal(keep_mask_from_valid_lens(valid_lens, keep.shape[1], keep.shape[2]), keep):
         raise ValueError(
@@ -380,3 +543,33 @@ def causal_valid_lens(batch_size: int, num_queries: int) -> Tensor:
     B = check_size(batch_size, "batch_size")
     Lq = check_size(num_queries, "num_queries")
     return torch.arange(1, Lq + 1).expand(B, Lq)  # (Lq,) -> (B, Lq)
+
+
+def check_positions(positions: object, batch_size: int, num_new: int) -> Tensor:
+    """Return the positions of n new tokens as a (B, n) ``torch.long`` tensor, or raise.
+
+    Positions number the tokens of a sequence (0, 1, ...) for decoding with a cache and for
+    rotary embeddings; a causal query at position p has the valid length p + 1. Only the type
+    and shape are checked here (no value is read); ``mha_lib.decoding.LayerCache.update``
+    checks their values against the cache.
+
+    Shapes:
+        positions: (n,) (the same for every example) or (B, n), integers.
+        returns: (B, n), possibly an expanded view.
+    """
+    if not isinstance(positions, Tensor):
+        try:
+            positions = torch.as_tensor(positions)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(
+                f"positions must be a tensor of integers, got {type(positions).__name__}"
+            ) from None
+    check_not_meta(positions, "positions")
+    if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
+        raise ValueError(f"positions must hold integers, got dtype {positions.dtype}")
+    if positions.shape not in ((num_new,), (batch_size, num_new)):
+        raise ValueError(
+            f"positions must have shape (n,) = ({num_new},) or (B, n) = ({batch_size}, {num_new}), "
+            f"got {tuple(positions.shape)}"
+        )
+    return positions.long().expand(batch_size, num_new)  # (n,) or (B, n) -> (B, n)

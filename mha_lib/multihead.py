@@ -1,18 +1,29 @@
 """Multi-head attention: H scaled dot-product attentions on learned projections, concatenated.
 
 Shape legend
-    B   batch size
-    H   number of heads
-    Lq  number of queries
-    Lk  number of key-value pairs
-    d   head size, D / H
-    D   num_hiddens, the width of the projections and of the output
+    B    batch size
+    H    number of (query) heads
+    Hkv  number of key/value heads: H here, fewer in :mod:`mha_lib.gqa`
+    Lq   number of queries
+    Lk   number of key-value pairs
+    n    new positions of a decoding step (Lq = n with a cache)
+    d    head size, D / H
+    D    d_model, the width of the projections and of the output
+
+:meth:`MultiHeadAttention.forward` is the idea and nothing else: project, split into heads,
+attend with the mask, merge the heads, ``W_o``. Everything around it has a name of its own:
+
+* :func:`attend_heads`, the attention of all heads at once, shared by every attention layer of
+  the library (``MultiHeadAttention``, ``GroupedQueryAttention``, decoding with a cache): the
+  fused kernel (fast path), or ``DotProductAttention`` on the folded heads when the weights are
+  wanted;
+* :func:`cached_keys_values`, decoding with a KV cache (chapter 9);
+* :class:`_NonFiniteRule`, the rule for NaN and infinite inputs.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -20,14 +31,24 @@ from torch import Tensor, nn
 
 from mha_lib._checks import (
     check_bool,
+    check_not_meta,
     check_positive_int,
     check_probability,
     quiet_when_traced,
-    tracing,
 )
-from mha_lib.attention import FiniteDotProductAttention, check_qkv
-from mha_lib.heads import merge_heads, split_heads, transpose_output, transpose_qkv
-from mha_lib.masking import check_valid_lens
+from mha_lib.attention import DotProductAttention, FiniteDotProductAttention, check_qkv
+from mha_lib.heads import merge_heads, split_heads
+from mha_lib.masking import CheckedLens, check_positions, mask_from_valid_lens, read_valid_lens
+
+__all__ = [
+    "AttentionCache",
+    "MultiHeadAttention",
+    "attend_heads",
+    "cached_keys_values",
+    "check_cached_attention",
+    "check_head_mask",
+    "read_lens_and_gates",
+]
 
 
 class MultiHeadAttention(nn.Module):
@@ -48,7 +69,7 @@ class MultiHeadAttention(nn.Module):
         key_size: feature size of the keys.
         query_size: feature size of the queries.
         value_size: feature size of the values.
-        num_hiddens: D, the projection width; must be divisible by ``num_heads``.
+        d_model: D, the projection width; must be divisible by ``num_heads``.
         num_heads: H.
         dropout: dropout rate on the attention weights, in [0, 1).
         bias: whether the four projections have a bias.
@@ -59,7 +80,7 @@ class MultiHeadAttention(nn.Module):
         key_size: int,
         query_size: int,
         value_size: int,
-        num_hiddens: int,
+        d_model: int,
         num_heads: int,
         dropout: float,
         bias: bool = False,
@@ -68,30 +89,27 @@ class MultiHeadAttention(nn.Module):
         sizes = {"key_size": key_size, "query_size": query_size, "value_size": value_size}
         for name, size in sizes.items():
             check_positive_int(size, name)
-        check_positive_int(num_hiddens, "num_hiddens")
-        if not isinstance(bias, bool):
-            raise ValueError(f"bias must be True or False, got {bias!r}")
+        check_positive_int(d_model, "d_model")
+        check_bool(bias, "bias")
         self.num_heads = check_positive_int(num_heads, "num_heads")
-        if num_hiddens % num_heads:
-            raise ValueError(
-                f"num_hiddens ({num_hiddens}) must be divisible by num_heads ({num_heads})"
-            )
-        # DotProductAttention in fewer passes: the inputs that reach it are finite (forward)
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        # Returns the weights when asked (DotProductAttention in fewer passes; see forward)
         self.attention = FiniteDotProductAttention(check_probability(dropout, "dropout"))
-        self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
-        self.W_k = nn.Linear(key_size, num_hiddens, bias=bias)
-        self.W_v = nn.Linear(value_size, num_hiddens, bias=bias)
-        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_q = nn.Linear(query_size, d_model, bias=bias)
+        self.W_k = nn.Linear(key_size, d_model, bias=bias)
+        self.W_v = nn.Linear(value_size, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
 
     @property
-    def num_hiddens(self) -> int:
+    def d_model(self) -> int:
         """H*d, the width of the query/key/value projections (D, unless heads were pruned)."""
         return self.W_q.out_features
 
     @property
     def head_size(self) -> int:
         """d = D / H."""
-        return self.num_hiddens // self.num_heads
+        return self.d_model // self.num_heads
 
     def forward(
         self,
@@ -103,76 +121,63 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         head_mask: Tensor | None = None,
         cache=None,
+        positions: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from every query to the valid keys, in every head.
 
-        ``need_weights=True`` takes the clear path and also returns the weights; otherwise the
-        fast path (PyTorch's fused ``scaled_dot_product_attention``) computes the same output.
-        ``head_mask`` multiplies each head's output before ``W_o`` (1 keeps a head, 0 removes it).
-        ``cache`` (a ``mha_lib.decoding.KVCache``, or one layer of it) decodes step by step: the
-        queries are new positions that attend causally to the cached ones and to themselves.
+        ``need_weights=True`` also returns the weights; otherwise PyTorch's fused kernel
+        computes the same output without them (see :func:`attend_heads`). ``head_mask``
+        multiplies each head's output before ``W_o`` (1 keeps a head, 0 removes it).
+
+        ``cache`` (a ``mha_lib.decoding.KVCache``, or one layer of it) decodes step by step:
+        the queries are n new positions (keys and values: the same positions) that attend
+        causally to the cached ones and to themselves. ``positions`` (n,) or (B, n) places
+        them (default: right after the cached ones); ``valid_lens`` then count the keys from
+        the first cached position, as :func:`cached_keys_values` explains.
+
+        A NaN or infinite input reaches only the output rows (and weights) of the queries that
+        may attend to it: those rows are NaN (see :class:`_NonFiniteRule`).
 
         Returns:
             output (B, Lq, D), or ``(output, weights)`` with weights (B, H, Lq, Lk).
         """
-        if cache is not None:  # decoding step by step: mha_lib.decoding does the work
-            self._check_forward(queries, keys, values, None, need_weights, head_mask)
-            if not callable(getattr(cache, "attend", None)):
-                raise ValueError(f"cache must be a mha_lib.decoding.KVCache, got {type(cache).__name__}")
-            return cache.attend(self, queries, keys, values, valid_lens,
-                                need_weights=need_weights, head_mask=head_mask)
-        valid_lens, gates = self._check_forward(queries, keys, values, valid_lens, need_weights, head_mask)
-        queries, keys, values, broken = _nonfinite_rows(queries, keys, values, valid_lens)
-        if need_weights:
-            output, weights = self._forward_clear(queries, keys, values, valid_lens, gates)
-            return _nan_rows(output, broken), _nan_rows(weights, broken, heads=True)
-        return _nan_rows(self._forward_fast(queries, keys, values, valid_lens, gates), broken)
-
-    def _forward_clear(self, queries, keys, values, valid_lens, gates):
-        """The d2l.ai path: fold heads into the batch, attend, unfold, project."""
-        H = self.num_heads
-        queries = transpose_qkv(self.W_q(queries), H)  # (B, Lq, D) -> (B*H, Lq, d)
-        keys = transpose_qkv(self.W_k(keys), H)  # (B, Lk, D) -> (B*H, Lk, d)
-        values = transpose_qkv(self.W_v(values), H)  # (B, Lk, D) -> (B*H, Lk, d)
-        if valid_lens is not None:
-            # Row b*H + h of the folded batch is head h of example b: repeat each example's
-            # lengths H times in a row, (B,) -> (B*H,) or (B, Lq) -> (B*H, Lq).
-            valid_lens = valid_lens.repeat_interleave(H, dim=0)
-        output, weights = self.attention(queries, keys, values, valid_lens, need_weights=True)
-        # output: (B*H, Lq, d); weights: (B*H, Lq, Lk)
-        if gates is not None:
-            output = output * gates.reshape(-1, 1, 1)  # (B, H) -> (B*H, 1, 1)
-        output = self.W_o(transpose_output(output, H))  # (B*H, Lq, d) -> (B, Lq, D)
-        B, Lq, Lk = output.shape[0], weights.shape[1], weights.shape[2]
-        return output, weights.reshape(B, H, Lq, Lk)  # (B*H, Lq, Lk) -> (B, H, Lq, Lk)
-
-    def _forward_fast(self, queries, keys, values, valid_lens, gates):
-        """Same output through the fused ``F.scaled_dot_product_attention``."""
+        valid_lens, gates, nonfinite = self._check_forward(
+            queries, keys, values, valid_lens, need_weights, head_mask, cache, positions)
         H = self.num_heads
         q = split_heads(self.W_q(queries), H)  # (B, Lq, D) -> (B, H, Lq, d)
         k = split_heads(self.W_k(keys), H)  # (B, Lk, D) -> (B, H, Lk, d)
         v = split_heads(self.W_v(values), H)  # (B, Lk, D) -> (B, H, Lk, d)
-        keep, empty = _sdpa_mask(valid_lens, k.shape[2])
-        dropout_p = self.attention.dropout.p if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p)
-        # out: (B, H, Lq, d)
-        if empty is not None:
-            out = out.masked_fill(empty, 0.0)  # a query with nothing to attend to gives zeros
-        if gates is not None:
-            out = out * gates[:, :, None, None]  # (B, H) -> (B, H, 1, 1)
-        return self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
+        if cache is not None:  # decoding (chapter 9): the cached positions are keys too
+            k, v, valid_lens = cached_keys_values(cache, k, v, valid_lens, positions)
+        out, weights = attend_heads(q, k, v, valid_lens, self.attention, need_weights=need_weights,
+                                    gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
+        output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
+        return (output, weights) if need_weights else output
 
     @quiet_when_traced
-    def _check_forward(self, queries, keys, values, valid_lens, need_weights, head_mask):
-        """The checks of :meth:`forward`; returns the valid lengths (long, on the inputs'
-        device) and the head gates as (B, H), each or None."""
+    def _check_forward(self, queries, keys, values, valid_lens, need_weights, head_mask, cache,
+                       positions):
+        """The checks of :meth:`forward`, with at most one host read (the valid lengths' values,
+        and whether the inputs are finite); returns the valid lengths (a CheckedLens or None),
+        the head gates (B, H) or None, and the rule for non-finite inputs (or None)."""
         self.check_inputs(queries, keys, values)
         check_bool(need_weights, "need_weights")
         B, Lq, _ = queries.shape
-        valid_lens = check_valid_lens(valid_lens, B, Lq, keys.shape[1])
-        if valid_lens is not None:
-            valid_lens = valid_lens.to(queries.device)
-        return valid_lens, self._check_head_mask(head_mask, B, queries)
+        gates = check_head_mask(head_mask, self.num_heads, B, queries)
+        if cache is not None:  # (no rule for non-finite inputs with a cache)
+            num_keys = check_cached_attention(cache, queries, keys, positions)
+            return read_lens_and_gates(valid_lens, B, Lq, num_keys, gates, device=queries.device)[0], gates, None
+        if positions is not None:
+            raise ValueError("positions place new tokens in a cache: pass cache= too")
+        if valid_lens is None:  # the rule works on the device: no host read for it
+            read_lens_and_gates(None, B, Lq, keys.shape[1], gates)  # (the gates only)
+            return None, gates, _NonFiniteRule.of(queries, keys, values, None)
+        valid_lens, (finite,) = read_lens_and_gates(valid_lens, B, Lq, keys.shape[1], gates,
+                                                    _all_finite(queries, keys, values),
+                                                    device=queries.device)
+        if finite:  # read together with the valid lengths
+            return valid_lens, gates, None
+        return valid_lens, gates, _NonFiniteRule.of(queries, keys, values, valid_lens)
 
     def check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
         """Raise a ``ValueError`` unless the inputs fit this module.
@@ -199,85 +204,316 @@ class MultiHeadAttention(nn.Module):
                     f"{weight.dtype} on {weight.device}: convert one with .to(...)"
                 )
 
-    def _check_head_mask(self, head_mask: Tensor | None, batch_size: int, like: Tensor):
-        """Return the gates as a (B, H) tensor, or None."""
-        if head_mask is None:
-            return None
-        H = self.num_heads
-        try:
-            head_mask = torch.as_tensor(head_mask)
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(
-                f"head_mask must be a tensor of gates (numbers), got {type(head_mask).__name__}"
-            ) from None
-        if head_mask.dtype == torch.bool or head_mask.is_complex():
-            raise ValueError(f"head_mask must hold real numbers, got dtype {head_mask.dtype}")
-        head_mask = head_mask.to(dtype=like.dtype, device=like.device)  # keeps its gradient
-        if not tracing() and not torch.isfinite(head_mask).all():
-            raise ValueError(f"head_mask must be finite, got {head_mask.tolist()}")
-        if head_mask.shape == (H,):
-            return head_mask.expand(batch_size, H)  # (H,) -> (B, H)
-        if head_mask.shape == (batch_size, H):
-            return head_mask
+
+def attend_heads(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    valid_lens: CheckedLens | None,
+    attention: DotProductAttention,
+    *,
+    need_weights: bool = False,
+    gates: Tensor | None = None,
+    nonfinite: _NonFiniteRule | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """The attention of every head at once: the one computation all attention layers share.
+
+    ``MultiHeadAttention``, ``GroupedQueryAttention`` and decoding with a KV cache project and
+    split their inputs, then call this. Query head ``h`` reads key/value head ``h // g`` with
+    ``g = H / Hkv`` (``g = 1``: multi-head attention). Two paths compute the same numbers:
+
+    * ``need_weights=False``: PyTorch's fused ``F.scaled_dot_product_attention``, which never
+      materialises the (B, H, Lq, Lk) weights (chapter 6);
+    * ``need_weights=True``: ``attention`` (a :class:`~mha_lib.DotProductAttention`) on the
+      heads folded into the batch (chapter 2), which returns the weights.
+
+    A query with valid length 0 attends to nothing: its output (and weights) are 0.
+
+    Shapes:
+        q: (B, H, Lq, d)
+        k, v: (B, Hkv, Lk, d), Hkv dividing H
+        valid_lens: None, or a checked (B,) or (B, Lq)
+        gates: None or (B, H), multiplying each head's output
+        returns: out (B, H, Lq, d) and weights (B, H, Lq, Lk) (None without ``need_weights``)
+
+    Args:
+        attention: gives the dropout rate (in training mode), and computes the weights path.
+        nonfinite: ``MultiHeadAttention``'s rule for NaN and infinite inputs, or None.
+    """
+    if nonfinite is not None:
+        k, v = nonfinite.usable(k), nonfinite.usable(v)
+    if valid_lens is not None and valid_lens.lowest == k.shape[2]:
+        valid_lens = None  # every query may attend to every key: no mask needed
+    if need_weights:
+        out, weights = _attend_folded(q, k, v, valid_lens, attention, nonfinite)
+    else:
+        out, weights = _attend_fused(q, k, v, valid_lens, attention, nonfinite), None
+    if gates is not None:
+        out = out * gates[:, :, None, None]  # (B, H) -> (B, H, 1, 1)
+    return out, weights
+
+
+def _attend_fused(q, k, v, valid_lens, attention, nonfinite) -> Tensor:
+    """The fast path: ``F.scaled_dot_product_attention``, (B, H, Lq, d) -> (B, H, Lq, d)."""
+    if _size(k, 2) == 0:  # no keys: nothing to attend to (the kernel would spread a NaN query)
+        return q.new_zeros(*q.shape[:3], v.shape[-1])
+    keep = empty = None
+    if valid_lens is not None:  # (B, 1, Lq or 1, Lk): broadcasts over the heads
+        keep, empty = mask_from_valid_lens(valid_lens.lens, k.shape[2], heads=True,
+                                           fill_empty=valid_lens.lowest in (None, 0))
+    dropout_p = attention.dropout.p if attention.training else 0.0
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
+                                         enable_gqa=_grouped(q, k))  # (B, H, Lq, d)
+    if empty is not None:  # a query with nothing to keep attended anywhere: zero it
+        out = out.masked_fill(empty, 0.0)
+    return out if nonfinite is None else nonfinite.spoil(out)
+
+
+@quiet_when_traced
+def _grouped(q: Tensor, k: Tensor) -> bool:
+    """Fewer key/value heads than query heads (a constant of the layer, also in a traced graph)."""
+    return bool(k.shape[1] != q.shape[1])
+
+
+@quiet_when_traced
+def _size(x: Tensor, dim: int) -> int:
+    """``x.shape[dim]`` as an int (a traced graph records the size of its example inputs)."""
+    return int(x.shape[dim])
+
+
+def _attend_folded(q, k, v, valid_lens, attention, nonfinite) -> tuple[Tensor, Tensor]:
+    """The weights path: ``attention`` on the heads folded into the batch axis (chapter 2).
+
+    The g query heads of a group share one key/value head: they are laid one after another
+    along the queries, (B*Hkv, g*Lq, d), so that they meet that head's keys without copying
+    them. With g = 1 this is chapter 2's folding, (B*H, Lq, d).
+    """
+    if nonfinite is not None:  # a NaN query gives NaN scores, weights and output
+        q = nonfinite.spoil(q)
+    B, H, Lq, d = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    g = H // Hkv
+    q = q.reshape(B * Hkv, g * Lq, d)  # (B, H, Lq, d) -> (B*Hkv, g*Lq, d)
+    k = k.reshape(B * Hkv, Lk, d)  # (B, Hkv, Lk, d) -> (B*Hkv, Lk, d)
+    v = v.reshape(B * Hkv, Lk, v.shape[-1])  # (B, Hkv, Lk, d) -> (B*Hkv, Lk, d)
+    if valid_lens is not None:  # row b*Hkv + j of the folded batch belongs to example b
+        lens = valid_lens.lens
+        if lens.dim() == 1:
+            lens = lens.repeat_interleave(Hkv)  # (B,) -> (B*Hkv,)
+        else:  # (B, Lq) -> (B, 1, 1, Lq) -> (B, Hkv, g, Lq) -> (B*Hkv, g*Lq)
+            lens = lens[:, None, None, :].expand(B, Hkv, g, Lq).reshape(B * Hkv, g * Lq)
+        valid_lens = valid_lens._replace(lens=lens)
+    out, weights = attention(q, k, v, valid_lens, need_weights=True)
+    # out: (B*Hkv, g*Lq, d) -> (B, H, Lq, d); weights: (B*Hkv, g*Lq, Lk) -> (B, H, Lq, Lk)
+    return out.reshape(B, H, Lq, v.shape[-1]), weights.reshape(B, H, Lq, Lk)
+
+
+def check_head_mask(head_mask: object, num_heads: int, batch_size: int, like: Tensor) -> Tensor | None:
+    """Return the head gates as a (B, H) tensor of ``like``'s dtype and device, or None.
+
+    Only type and shape are checked here; :func:`read_lens_and_gates` checks that the gates are
+    finite (reading them with the valid lengths, in one host read).
+
+    Args:
+        head_mask: None, or real numbers of shape (H,) or (B, H) (1 keeps a head, 0 removes it).
+
+    Raises:
+        ValueError: not numbers, booleans, on the meta device, or another shape.
+    """
+    if head_mask is None:
+        return None
+    H = num_heads
+    try:
+        head_mask = torch.as_tensor(head_mask)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(
+            f"head_mask must be a tensor of gates (numbers), got {type(head_mask).__name__}"
+        ) from None
+    if head_mask.dtype == torch.bool or head_mask.is_complex():
+        raise ValueError(f"head_mask must hold real numbers, got dtype {head_mask.dtype}")
+    check_not_meta(head_mask, "head_mask")
+    head_mask = head_mask.to(dtype=like.dtype, device=like.device)  # keeps its gradient
+    if head_mask.shape not in ((H,), (batch_size, H)):
         raise ValueError(
             f"head_mask must have shape (H,) = ({H},) or (B, H) = ({batch_size}, {H}), "
             f"got {tuple(head_mask.shape)}"
         )
+    return head_mask.expand(batch_size, H)  # (H,) or (B, H) -> (B, H)
 
 
-def _sdpa_mask(valid_lens: Tensor | None, Lk: int) -> tuple[Tensor | None, Tensor | None]:
-    """The keep mask of ``F.scaled_dot_product_attention`` and the queries with nothing to keep.
+def read_lens_and_gates(
+    valid_lens: object,
+    batch_size: int,
+    num_queries: int,
+    num_keys: int,
+    gates: Tensor | None,
+    *also: Tensor,
+    device: torch.device | None = None,
+) -> tuple[CheckedLens | None, list[float | None]]:
+    """Check the valid lengths' values and that the head gates are finite, in ONE host read.
 
-    One length per example gives a (B, 1, 1, Lk) mask that broadcasts over heads and queries;
-    per-query lengths need (B, 1, Lq, Lk). A query whose valid length is 0 keeps nothing:
-    torch 2.13's SDPA returns zeros there, older releases NaN. Rather than depend on either, such
-    a query may attend anywhere and the caller zeroes its output (``empty``: (B, 1, Lq or 1, 1)).
-    No branch depends on the lengths' values, so compiled and traced graphs hold for any lengths.
-    """
-    if valid_lens is None:
-        return None, None
-    if valid_lens.dim() == 2:
-        lens = valid_lens[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
-    else:
-        lens = valid_lens[:, None, None, None]  # (B,) -> (B, 1, 1, 1)
-    positions = torch.arange(Lk, device=valid_lens.device)  # (Lk,)
-    empty = lens == 0  # (B, 1, Lq or 1, 1)
-    keep = (positions < lens) | empty  # (B, 1, Lq or 1, Lk)
-    return keep, empty
-
-
-def _nonfinite_rows(queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor | None):
-    """The rule for NaN and inf inputs, the same on both paths.
-
-    A query's output row is NaN when the query itself, or a key or value it may attend to, holds
-    a NaN or an infinity (and the query attends to something); an infinity or NaN in a key or
-    value that the query may *not* attend to does not reach it. For that, non-finite entries are
-    replaced by 0 before the computation and the broken rows are set to NaN after it.
+    :func:`mha_lib.masking.read_valid_lens` with the gates of :func:`check_head_mask`: an
+    attention layer's forward reads values from the device at most once (not at all without
+    valid lengths and head gates).
 
     Returns:
-        queries, keys, values (copies when needed) and ``broken``: None when every input is
-        finite (eager mode only), else (B, Lq) bool.
+        The checked valid lengths (moved to ``device``) and the values of ``also``.
+
+    Raises:
+        ValueError: as :func:`mha_lib.masking.check_valid_lens`; gates that are not finite.
     """
-    # The common case, in eager mode: a finite sum (one fast read per input) means every entry
-    # is finite (an inf or NaN entry makes the sum inf or NaN; an overflow only sends us on).
-    if not tracing() and math.isfinite((queries.sum() + keys.sum() + values.sum()).item()):
-        return queries, keys, values, None
-    finite_q = torch.isfinite(queries).all(-1)  # (B, Lq)
-    finite_kv = torch.isfinite(keys).all(-1) & torch.isfinite(values).all(-1)  # (B, Lk)
-    if valid_lens is None:
-        lens = torch.full((queries.shape[0], 1), keys.shape[1], device=queries.device)  # (B, 1)
+    flags = () if gates is None else (torch.isfinite(gates).all(),)
+    valid_lens, values = read_valid_lens(valid_lens, batch_size, num_queries, num_keys, *flags,
+                                         *also, device=device)
+    if flags and values[0] is not None and not values[0]:
+        raise ValueError(f"head_mask must be finite, got {gates.tolist()}")
+    return valid_lens, values[len(flags):]
+
+
+# --- decoding with a KV cache (chapter 9) --------------------------------------------------------
+
+
+class AttentionCache:
+    """What an attention layer needs of a key-value cache; ``mha_lib.decoding`` implements it.
+
+    A cache only stores: ``update`` takes the keys and values of n new positions and returns
+    everything cached; the layer attends to that (:func:`cached_keys_values`).
+    """
+
+    def __len__(self) -> int:
+        """L, the number of cached positions."""
+        raise NotImplementedError
+
+    def update(
+        self, keys: Tensor, values: Tensor, positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Store (B, Hkv, n, d) keys and values; return all cached ones, (B, Hkv, L + n, d)."""
+        raise NotImplementedError
+
+
+def check_cached_attention(cache: object, queries: Tensor, keys: Tensor, positions: object) -> int:
+    """The checks of an attention layer's call with a cache; returns L + n, the bound of the
+    valid lengths (which count keys from the first cached position).
+
+    With a cache, keys and values are the new positions themselves (self-attention).
+
+    Raises:
+        ValueError: not a cache, keys of another length than the queries, bad positions.
+    """
+    if not isinstance(cache, AttentionCache):
+        raise ValueError(
+            f"cache must be a mha_lib.decoding.KVCache or one of its layers, got {type(cache).__name__}"
+        )
+    B, n = queries.shape[0], queries.shape[1]
+    if keys.shape[1] != n:
+        raise ValueError(
+            "with a cache, keys and values must be the new positions themselves "
+            f"(self-attention): {n} queries but {keys.shape[1]} keys"
+        )
+    if positions is not None:
+        check_positions(positions, B, n)
+    return len(cache) + n
+
+
+def cached_keys_values(
+    cache, k: Tensor, v: Tensor, valid_lens: CheckedLens | None, positions: Tensor | None
+) -> tuple[Tensor, Tensor, CheckedLens | None]:
+    """Store the new keys and values in ``cache``; return all cached ones and the valid lengths.
+
+    The n new queries are causal: a query at position p may see the keys 0 .. p (valid length
+    p + 1), and at most ``valid_lens`` of them. Their positions are ``positions`` (n,) or (B, n),
+    by default L .. L + n - 1 right after the L cached ones. The cache grows by n slots;
+    example b writes its keys and values at its own positions (see ``mha_lib.decoding``).
+
+    Shapes:
+        k, v: (B, Hkv, n, d), the new positions
+        valid_lens: None, or checked (B,) or (B, n)
+        returns: keys and values (B, Hkv, L + n, d), and the valid lengths (B, n) of the new
+            queries (None when each may see everything)
+    """
+    B, _, n, _ = k.shape
+    L = len(cache)
+    k_all, v_all = cache.update(k, v, positions)  # (B, Hkv, L + n, d)
+    if positions is None:  # query i sits at position L + i
+        if valid_lens is None and n == 1:
+            return k_all, v_all, None  # the only new query sees every cached key
+        lens = torch.arange(L + 1, L + n + 1, device=k.device).expand(B, n)  # (n,) -> (B, n)
+        lowest = L + 1
     else:
-        lens = valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens  # (B, 1) or (B, Lq)
-    first_bad = finite_kv.long().cumprod(-1).sum(-1, keepdim=True)  # (B, 1): finite prefix
-    broken = (lens > first_bad) | (~finite_q & (lens > 0))  # (B, Lq)
-    clean = lambda x, ok: torch.where(ok[..., None], x, 0.0)  # noqa: E731
-    return clean(queries, finite_q), clean(keys, finite_kv), clean(values, finite_kv), broken
+        lens = check_positions(positions, B, n).to(k.device) + 1  # (B, n); update checked >= 0
+        lowest = 1
+    if valid_lens is not None:
+        given = valid_lens.lens if valid_lens.lens.dim() == 2 else valid_lens.lens[:, None]
+        lens = torch.minimum(lens, given)  # (B, n) vs (B, n or 1) -> (B, n)
+        lowest = None if valid_lens.lowest is None else min(lowest, valid_lens.lowest)
+    return k_all, v_all, CheckedLens(lens, lowest, None)
 
 
-def _nan_rows(x: Tensor, broken: Tensor | None, heads: bool = False) -> Tensor:
-    """Set the rows of ``x`` (B, Lq, ...) or, with ``heads``, (B, H, Lq, ...) where ``broken``
-    (B, Lq) is True to NaN."""
-    if broken is None:
-        return x
-    rows = broken[:, None] if heads else broken  # (B, 1, Lq) or (B, Lq)
-    return x.masked_fill(rows[..., None], float("nan"))
+# --- the rule for NaN and infinite inputs ----------------------------------------------------------
+
+
+def _sum(x: Tensor, dim: int | tuple[int, ...] | None = None) -> Tensor:
+    """Sum of ``x`` (over ``dim``), in float32 at least: inf or NaN exactly when an entry is.
+
+    (Unless the sum of finite entries overflows: in float32 that takes entries near 1e36,
+    whose scores would overflow anyway. Half-precision inputs are summed in float32.)
+    """
+    dtype = torch.float32 if x.element_size() < 4 else None
+    return x.sum() if dim is None and dtype is None else x.sum(dim, dtype=dtype)
+
+
+def _all_finite(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+    """0-d bool: every input entry is finite (three fast sums, see :func:`_sum`)."""
+    return torch.isfinite(_sum(queries) + _sum(keys) + _sum(values))
+
+
+class _NonFiniteRule(NamedTuple):
+    """The rule for NaN and inf inputs, the same on both paths of ``MultiHeadAttention``.
+
+    A query's output row (and its weights) is NaN when the query itself, or a key or value it
+    may attend to, holds a NaN or an infinity (and the query attends to something); an infinity
+    or NaN in a key or value that the query may *not* attend to does not reach it.
+
+    :meth:`of` works the rule out on the device, without reading a value (no host
+    synchronisation): ``spoil`` adds 0 to the rows that follow it and NaN to the broken ones,
+    and ``usable`` zeroes the keys and values that hold a non-finite number (which a masked
+    query would otherwise meet in the kernels' additive masks: x - inf is NaN for x = inf).
+
+    Attributes:
+        nan_rows: (B, Lq), 0 or NaN.
+        usable_kv: (B, Lk) bool, the key-value pairs with finite entries; None when no pair
+            needs zeroing (without valid lengths every query that may attend to a pair is
+            broken by it anyway).
+    """
+
+    nan_rows: Tensor
+    usable_kv: Tensor | None
+
+    @classmethod
+    def of(cls, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: CheckedLens | None):
+        """The rule for these inputs (None when no key could break a row: Lk = 0)."""
+        B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
+        if Lk == 0:
+            return None  # every query attends to nothing: zeros
+        if valid_lens is None:  # every query may attend to every key of its example
+            used = _sum(keys, (1, 2)) + _sum(values, (1, 2))  # (B,)
+            rows = _sum(queries, -1) + used[:, None]  # (B, Lq): finite iff all it uses is
+            return cls((rows * 0).to(queries.dtype), None)  # finite * 0 = 0; inf, NaN * 0 = NaN
+        finite_q = torch.isfinite(queries).all(-1)  # (B, Lq)
+        finite_kv = torch.isfinite(keys).all(-1) & torch.isfinite(values).all(-1)  # (B, Lk)
+        lens = valid_lens.lens
+        lens = lens[:, None] if lens.dim() == 1 else lens  # (B, 1) or (B, Lq)
+        first_bad = finite_kv.long().cumprod(-1).sum(-1, keepdim=True)  # (B, 1): finite prefix
+        broken = (lens > first_bad) | (~finite_q & (lens > 0))  # (B, Lq)
+        nan_rows = torch.zeros(B, Lq, dtype=queries.dtype, device=queries.device)
+        return cls(nan_rows.masked_fill(broken, float("nan")), finite_kv)
+
+    def spoil(self, x: Tensor) -> Tensor:
+        """x + NaN on the broken rows: x (B, H, Lq, ...) with the rows of (B, Lq)."""
+        return x + self.nan_rows[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
+
+    def usable(self, x: Tensor) -> Tensor:
+        """Keys or values (B, Hkv, Lk, d) with the non-finite pairs zeroed."""
+        if self.usable_kv is None:
+            return x
+        return torch.where(self.usable_kv[:, None, :, None], x, 0.0)  # (B, Lk) -> (B, 1, Lk, 1)

@@ -1,180 +1,95 @@
-"""Train :class:`~mha_lib.models.DigitAttentionModel` on the previous-plus-last task.
+"""The one training loop, its learning-rate schedule, and the one checkpoint format.
 
-Everything random is drawn from seeded ``torch.Generator`` objects (model initialisation,
-every training batch, the test set), so a run is a pure function of its :class:`TrainConfig`.
+Every experiment of the book (:mod:`mha_lib.digits`, :mod:`mha_lib.induction`, the language
+model) trains through :func:`train_loop` and stores its weights with :func:`save_checkpoint`:
 
-Shape legend
-    B   batch size
-    L   padded sequence length
-    V   vocabulary size
+* :func:`train_loop`       steps of "batch -> loss -> backward -> optimizer step", a progress bar,
+  periodic evaluation, and a history of what happened (plain data, ready for a checkpoint)
+* :func:`warmup_cosine`    the learning-rate factor: linear warm-up, then cosine decay to 0
+* :class:`TrainResult`     what an experiment's ``train`` returns: model, config, history
+* :func:`save_checkpoint`, :func:`load_checkpoint`   one file format for every experiment: a
+  dict with ``kind``, ``config``, ``state_dict`` and ``extra``, loaded with
+  ``torch.load(..., weights_only=True)`` (tensors and plain data, never arbitrary objects)
+* :func:`save_result`, :func:`load_model`   an experiment's :class:`TrainResult` to a
+  checkpoint, and its model back
+* :func:`run_main`         the command line shared by ``python -m mha_lib.<experiment> --out PATH``
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import numbers
+import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO
 
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import check_positive_int, check_size, check_tensor
+from mha_lib._checks import check_bool, check_positive_int, check_size
 from mha_lib._modes import eval_mode
-from mha_lib.models import DigitAttentionModel, ModelConfig, checkpoint
-from mha_lib.tasks import IGNORE_INDEX, TaskBatch, make_batch
 
-TEST_SEED = 2024
-"""Seed of the held-out test set (never used for training batches)."""
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Hyper-parameters of a training run (the defaults trained the shipped weights)."""
-
-    seed: int = 0
-    steps: int = 1000
-    batch_size: int = 128
-    lr: float = 3e-3
-    weight_decay: float = 0.01
-    warmup: int = 50
-    num_threads: int = 1
-    model: ModelConfig = field(default_factory=ModelConfig)
-
-    def __post_init__(self) -> None:
-        """Raise a ValueError naming the first field that is out of range (never clamp)."""
-        check_size(self.seed, "seed")
-        for name in ("steps", "batch_size", "num_threads"):
-            check_positive_int(getattr(self, name), name)
-        check_size(self.warmup, "warmup")
-        if self.warmup > self.steps:
-            raise ValueError(f"warmup must be <= steps = {self.steps}, got {self.warmup}")
-        for name, low in (("lr", 0.0), ("weight_decay", 0.0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-            if value < low or (name == "lr" and value == 0):
-                raise ValueError(f"{name} must be {'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
-        if not isinstance(self.model, ModelConfig):
-            raise ValueError(f"model must be a ModelConfig, got {type(self.model).__name__}")
+__all__ = [
+    "TrainResult",
+    "check_config",
+    "check_config_fields",
+    "load_checkpoint",
+    "load_model",
+    "run_main",
+    "save_checkpoint",
+    "save_result",
+    "train_loop",
+    "warmup_cosine",
+]
 
 
-@dataclass
-class TrainResult:
-    """What :func:`train` returns.
+def _check_real(value: object, name: str, *, positive: bool = False) -> float:
+    """Return ``value`` as a float if it is a finite real number >= 0 (> 0 with ``positive``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+            or value < 0 or (positive and value == 0):
+        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
+    return float(value)
 
-    Attributes:
-        model: the trained model, in eval mode.
-        losses: training loss of every step.
-        test_accuracy: :func:`accuracy` on :func:`held_out_set`.
-        seconds: wall-clock time of the run (informative only).
+
+def check_config(config: object, cls: type) -> Any:
+    """Return ``config`` if it is a ``cls`` (an experiment's ``Config``), else raise."""
+    if not isinstance(config, cls):
+        raise ValueError(f"config must be a {cls.__module__}.{cls.__qualname__}, got {type(config).__name__}")
+    return config
+
+
+def check_config_fields(config: Any) -> None:
+    """Check the fields every experiment's ``Config`` has, from its ``__post_init__``.
+
+    ``d_model`` and ``num_heads`` (integers >= 1, ``d_model`` divisible by ``num_heads``),
+    ``seed`` (>= 0), ``steps``, ``batch_size`` and ``num_threads`` (>= 1), ``lr`` (a finite
+    number > 0) and ``weight_decay`` (>= 0).
+
+    Raises:
+        ValueError: naming the first field that is out of range (never clamped).
     """
-
-    model: DigitAttentionModel
-    losses: list[float]
-    test_accuracy: float
-    seconds: float
-
-
-def held_out_set(size: int = 2000, seed: int = TEST_SEED) -> TaskBatch:
-    """The held-out examples every accuracy in the book is measured on."""
-    return make_batch(size, generator=torch.Generator().manual_seed(seed))
+    for name in ("d_model", "num_heads", "steps", "batch_size", "num_threads"):
+        check_positive_int(getattr(config, name), f"config.{name}")
+    check_size(config.seed, "config.seed")
+    if config.d_model % config.num_heads:
+        raise ValueError(f"config.d_model ({config.d_model}) must be divisible by config.num_heads ({config.num_heads})")
+    _check_real(config.lr, "config.lr", positive=True)
+    _check_real(config.weight_decay, "config.weight_decay")
 
 
-def loss_fn(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
-    """Cross-entropy over the labelled positions.
+# --- the learning-rate schedule ---------------------------------------------------------------
 
-    Shapes:
-        logits: (B, L, V); targets: (B, L) with ``IGNORE_INDEX`` where there is no label.
-
-    Returns:
-        a scalar (``reduction="mean"``: mean over labelled positions), or with
-        ``reduction="per_example"`` a (B,) tensor: each example's mean over its labelled positions.
-    """
-    _check_logits_and_targets(logits, targets)
-    if reduction == "mean":
-        flat_logits = logits.flatten(0, 1)  # (B, L, V) -> (B*L, V)
-        flat_targets = targets.flatten()  # (B, L) -> (B*L,)
-        return nn.functional.cross_entropy(flat_logits, flat_targets, ignore_index=IGNORE_INDEX)
-    if reduction == "per_example":
-        class_first = logits.transpose(1, 2)  # (B, L, V) -> (B, V, L): cross_entropy wants classes on dim 1
-        per_token = nn.functional.cross_entropy(
-            class_first, targets, ignore_index=IGNORE_INDEX, reduction="none"
-        )  # (B, V, L) vs (B, L) -> (B, L), 0 where ignored
-        counts = (targets != IGNORE_INDEX).sum(dim=1).clamp(min=1)  # (B,)
-        return per_token.sum(dim=1) / counts
-    raise ValueError(f"reduction must be 'mean' or 'per_example', got {reduction!r}")
-
-
-def _check_logits_and_targets(logits: object, targets: object) -> None:
-    check_tensor(logits, "logits", 3)
-    if (
-        not isinstance(targets, Tensor) or targets.dtype != torch.long
-        or tuple(targets.shape) != tuple(logits.shape[:2])
-    ):
-        got = f"{targets.dtype} of shape {tuple(targets.shape)}" if isinstance(targets, Tensor) else type(targets).__name__
-        raise ValueError(f"targets must be int64 of shape (B, L) = {tuple(logits.shape[:2])}, got {got}")
-
-
-@torch.no_grad()
-def accuracy(model: nn.Module, batch: TaskBatch, head_mask: Tensor | None = None) -> float:
-    """Fraction of labelled positions whose most likely digit is the target.
-
-    Args:
-        model: called as ``model(tokens, valid_lens, head_mask=head_mask)``, returns (B, L, V).
-        batch: the examples.
-        head_mask: optional gates (H,) passed to the model.
-    """
-    with eval_mode(model):
-        logits = model(batch.tokens, batch.valid_lens, head_mask=head_mask)  # (B, L, V)
-    labelled = batch.targets != IGNORE_INDEX  # (B, L)
-    if not labelled.any():
-        raise ValueError("batch must have at least one labelled position, got only IGNORE_INDEX targets")
-    correct = (logits.argmax(dim=-1) == batch.targets) & labelled
-    return correct.sum().item() / labelled.sum().item()
-
-
-def _progress(step: int, steps: int, loss: float, out: TextIO, width: int = 30) -> None:
-    done = width * step // steps
-    end = "\n" if step == steps else ""
-    out.write(f"\r[{'#' * done}{'.' * (width - done)}] step {step:>5}/{steps}  loss {loss:.3f}{end}")
-    out.flush()
-
-
-def train(config: TrainConfig = TrainConfig(), *, progress: bool | TextIO = True) -> TrainResult:
-    """Train a fresh model from ``config.seed``; deterministic for a given config.
-
-    Adam with weight decay, linear warm-up then cosine decay of the learning rate, a fresh
-    random batch at every step (so the model never sees the same example twice).
-
-    Args:
-        config: hyper-parameters and model sizes.
-        progress: print a one-line progress bar (to stderr, or to the given text stream).
-
-    Returns:
-        A :class:`TrainResult` with the model in eval mode.
-    """
-    if not isinstance(config, TrainConfig):
-        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
-    if progress is not True and progress is not False and not hasattr(progress, "write"):
-        raise ValueError(f"progress must be True, False or a text stream, got {progress!r}")
-    out = sys.stderr if progress is True else (progress or None)
-    threads = torch.get_num_threads()
-    # One thread: this model is far too small to gain from two, and a shared CPU makes extra
-    # threads wait for each other (measured: 21 ms/step on 1 thread, 120 ms/step on 2, loaded).
-    torch.set_num_threads(config.num_threads)
-    try:
-        return training_loop(config, out)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def learning_rate_factor(step: int, warmup: int, steps: int) -> float:
+def warmup_cosine(step: int, *, warmup: int, steps: int) -> float:
     """Multiplier of the base learning rate: linear warm-up to 1, then cosine decay to 0.
+
+    ``(step + 1) / warmup`` for ``step < warmup``, then ``(1 + cos(pi * t)) / 2`` where ``t``
+    goes from 0 at ``step = warmup`` to 1 at ``step = steps``.
 
     Raises:
         ValueError: step or warmup not an integer >= 0, steps not an integer >= 1.
@@ -187,99 +102,451 @@ def learning_rate_factor(step: int, warmup: int, steps: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
 
 
-def training_loop(config: TrainConfig, out: TextIO | None = None) -> TrainResult:
-    """The loop behind :func:`train` (which also validates ``config`` and sets the threads).
+# --- the loop ---------------------------------------------------------------------------------
+
+@dataclass
+class TrainResult:
+    """What an experiment's ``train`` returns.
+
+    Attributes:
+        model: the trained model, in eval mode.
+        config: the experiment's frozen ``Config`` that produced it.
+        history: plain data (tensors, numbers, strings) stored as the checkpoint's ``extra``.
+    """
+
+    model: nn.Module
+    config: Any
+    history: dict
+
+
+def _progress_stream(progress: object) -> TextIO | None:
+    if progress is True:
+        return sys.stderr
+    if progress is False:
+        return None
+    if not callable(getattr(progress, "write", None)):
+        raise ValueError(f"progress must be True, False or a text stream, got {progress!r}")
+    return progress  # type: ignore[return-value]
+
+
+def _draw_bar(out: TextIO, step: int, steps: int, loss: float, evals: Mapping[str, float],
+              width: int = 30) -> None:
+    done = width * step // steps
+    text = f"\r[{'#' * done}{'.' * (width - done)}] step {step:>5}/{steps}  loss {loss:.3f}"
+    text += "".join(f"  {name} {value:.3f}" for name, value in evals.items())
+    out.write(text + ("\n" if step == steps else ""))
+    out.flush()
+
+
+def _check_callable(value: object, name: str, optional: bool = False) -> None:
+    if (value is None and optional) or callable(value):
+        return
+    raise ValueError(f"{name} must be a function{' or None' if optional else ''}, got {value!r}")
+
+
+def train_loop(
+    model: nn.Module,
+    loss: Callable[[nn.Module, Any], Tensor],
+    batches: Iterable[Any],
+    optimizer: torch.optim.Optimizer,
+    *,
+    steps: int,
+    schedule: Callable[[int], float] | None = None,
+    evaluate: Callable[[nn.Module], Mapping[str, float]] | None = None,
+    eval_every: int | None = None,
+    max_grad_norm: float | None = None,
+    num_threads: int | None = None,
+    progress: bool | TextIO = True,
+) -> dict:
+    """Train ``model`` for ``steps`` steps, one batch each; return what happened.
+
+    Each step takes the next batch, computes ``loss(model, batch)`` (a scalar), back-propagates,
+    optionally clips the gradient norm, and steps the optimizer and the schedule. The model is
+    in train mode during the steps and in eval mode at the end.
 
     Args:
-        config: hyper-parameters and model sizes.
-        out: where to write the progress line, or None for silence.
-    """
-    steps = config.steps
-    start = time.perf_counter()
-    torch.manual_seed(config.seed)  # parameter initialisation draws from the global generator
-    model = DigitAttentionModel(config.model).train()
-    data = torch.Generator().manual_seed(config.seed + 1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    warmup = config.warmup  # TrainConfig checked 0 <= warmup <= steps
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, warmup, steps))
-    losses = []
-    for step in range(1, steps + 1):
-        batch = make_batch(config.batch_size, generator=data, max_len=config.model.max_len)
-        loss = loss_fn(model(batch.tokens, batch.valid_lens), batch.targets)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-        if out is not None and (step % 50 == 0 or step == steps):
-            _progress(step, steps, loss.item(), out)
-    model.eval()
-    acc = accuracy(model, held_out_set())
-    return TrainResult(model, losses, acc, time.perf_counter() - start)
+        model: the module to train (its parameters are those of ``optimizer``).
+        loss: ``loss(model, batch) -> scalar tensor``.
+        batches: yields at least ``steps`` batches (a generator drawing from a seeded
+            ``torch.Generator`` keeps the run reproducible).
+        optimizer: any ``torch.optim`` optimizer over the model's parameters.
+        steps: number of optimizer steps.
+        schedule: ``schedule(step) -> factor`` of every group's base learning rate at step
+            ``0, 1, ...`` (``torch.optim.lr_scheduler.LambdaLR``), e.g. :func:`warmup_cosine`;
+            None keeps the learning rate constant.
+        evaluate: ``evaluate(model) -> {name: value}``, run in eval mode without gradients
+            before the first step, every ``eval_every`` steps and after the last step.
+        eval_every: steps between evaluations (needs ``evaluate``; default: ``steps``).
+        max_grad_norm: clip the gradients' total norm to this (None: no clipping).
+        num_threads: torch's intra-op threads during the loop (restored after); None leaves
+            them. Tiny models run fastest on one thread, especially on a shared CPU.
+        progress: a one-line progress bar to stderr (True), to a text stream, or none (False).
 
-
-def history(result: TrainResult, config: TrainConfig) -> dict:
-    """The training record stored next to the weights (plain data, ``weights_only``-safe)."""
-    cfg = asdict(config)
-    cfg.pop("model")
-    return {
-        "train_config": cfg,
-        "losses": torch.tensor(result.losses),
-        "test_accuracy": result.test_accuracy,
-        "seconds": result.seconds,
-    }
-
-
-def save_pretrained(
-    path: str | Path, config: TrainConfig = TrainConfig(), *, overwrite: bool = False
-) -> TrainResult:
-    """Train with ``config`` and save weights plus training record to ``path``.
-
-    With the default config this reproduces the shipped checkpoint
-    (``mha_lib/data/previous_plus_last.pt``); ``python -m mha_lib.training OUT.pt`` runs it.
+    Returns:
+        The history, plain data for a checkpoint's ``extra``: ``train_loss`` (a tensor, the
+        loss of every step); with ``evaluate`` also ``eval_steps`` (a tensor: 0 = before the
+        first step) and ``eval_<name>`` (a tensor per metric, one value per entry of
+        ``eval_steps``); ``cpu_seconds`` (this process's CPU time in the loop, which other
+        processes' load hardly changes, unlike the wall clock) and ``torch_version``.
 
     Raises:
-        ValueError: ``path`` missing or a directory, or an existing file without ``overwrite``
-            (checked before the training starts).
+        ValueError: a bad argument (named in the message), a loss that is not a finite scalar
+            tensor, an ``evaluate`` that does not return a mapping of names to numbers, or
+            ``batches`` running out before ``steps``.
     """
-    path = _check_output_path(path, overwrite)
-    result = train(config)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(checkpoint(result.model, history=history(result, config)), path)
-    return result
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    _check_callable(loss, "loss")
+    if isinstance(batches, (str, bytes)) or not isinstance(batches, Iterable):
+        raise ValueError(f"batches must be an iterable of batches, got {type(batches).__name__}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    steps = check_positive_int(steps, "steps")
+    _check_callable(schedule, "schedule", optional=True)
+    _check_callable(evaluate, "evaluate", optional=True)
+    if eval_every is not None:
+        if evaluate is None:
+            raise ValueError("eval_every needs evaluate: got eval_every without an evaluate function")
+        eval_every = check_positive_int(eval_every, "eval_every")
+    if max_grad_norm is not None:
+        max_grad_norm = _check_real(max_grad_norm, "max_grad_norm", positive=True)
+    if num_threads is not None:
+        num_threads = check_positive_int(num_threads, "num_threads")
+    out = _progress_stream(progress)
+
+    threads = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        return _run(model, loss, iter(batches), optimizer, steps, schedule, evaluate,
+                    eval_every or steps, max_grad_norm, out)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _evaluate(evaluate: Callable, model: nn.Module) -> dict[str, float]:
+    with eval_mode(model), torch.no_grad():
+        metrics = evaluate(model)
+    if not isinstance(metrics, Mapping):
+        raise ValueError(f"evaluate must return a mapping of names to numbers, got {type(metrics).__name__}")
+    try:
+        values = {str(name): float(value) for name, value in metrics.items()}
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"evaluate must return a mapping of names to numbers, got {metrics!r}: {err}") from None
+    if "steps" in values:
+        raise ValueError("evaluate must not name a metric 'steps' (the history's eval_steps holds the steps)")
+    return values
+
+
+def _run(model, loss, batches, optimizer, steps, schedule, evaluate, eval_every, max_grad_norm,
+         out) -> dict:
+    start_cpu = time.process_time()
+    scheduler = None if schedule is None else torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    losses: list[float] = []
+    eval_steps: list[int] = []
+    evals: dict[str, list[float]] = {}
+    latest: dict[str, float] = {}
+
+    def run_evaluation(step: int) -> None:
+        nonlocal latest
+        latest = _evaluate(evaluate, model)
+        eval_steps.append(step)
+        for name, value in latest.items():
+            evals.setdefault(name, []).append(value)
+
+    if evaluate is not None:
+        run_evaluation(0)
+    bar_every = max(1, steps // 100)  # at most about 100 redraws
+    model.train()
+    for step in range(1, steps + 1):
+        try:
+            batch = next(batches)
+        except StopIteration:
+            raise ValueError(f"batches must yield at least steps = {steps} batches, it ran out after {step - 1}") from None
+        value = loss(model, batch)
+        if not isinstance(value, Tensor) or value.numel() != 1 or not value.requires_grad:
+            got = f"shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
+            raise ValueError(f"loss must return a scalar tensor that requires grad, got {got}")
+        losses.append(value.item())
+        if not math.isfinite(losses[-1]):
+            raise ValueError(f"loss must stay finite, got {losses[-1]} at step {step}: lower the learning rate?")
+        optimizer.zero_grad()
+        value.backward()
+        if max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        evaluated = evaluate is not None and (step % eval_every == 0 or step == steps)
+        if evaluated:
+            run_evaluation(step)  # in eval mode, then back to the modes it had
+        if out is not None and (evaluated or step % bar_every == 0 or step == steps):
+            _draw_bar(out, step, steps, losses[-1], latest)
+    model.eval()
+    history: dict[str, Any] = {"train_loss": torch.tensor(losses)}
+    if eval_steps:
+        history["eval_steps"] = torch.tensor(eval_steps)
+        history.update({f"eval_{name}": torch.tensor(values) for name, values in evals.items()})
+    history["cpu_seconds"] = time.process_time() - start_cpu
+    history["torch_version"] = str(torch.__version__)
+    return history
+
+
+# --- checkpoints ------------------------------------------------------------------------------
+
+_KEYS = ("kind", "config", "state_dict", "extra")
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def _check_plain(value: object, name: str) -> None:
+    """Raise unless ``value`` is what ``torch.load(weights_only=True)`` reads back: tensors,
+    None, bools, numbers, strings, and lists, tuples and str-keyed dicts of them."""
+    if isinstance(value, (Tensor, *_PLAIN)):
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{name}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{name} must have string keys, got the key {key!r}")
+            _check_plain(item, f"{name}[{key!r}]")
+        return
+    raise ValueError(
+        f"{name} must hold only tensors, numbers, strings, None, lists and dicts "
+        f"(what torch.load(weights_only=True) reads), got {type(value).__name__}"
+    )
+
+
+def _check_path(path: object, name: str = "path") -> Path:
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise ValueError(f"{name} must be a file name (str or Path), got {path!r}")
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{name} must be a file, got the directory {str(path)!r}")
+    return path
+
+
+def _check_kind(kind: object) -> str:
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"kind must be a non-empty string (the experiment's name), got {kind!r}")
+    return kind
 
 
 def _check_output_path(path: object, overwrite: object) -> Path:
-    if not isinstance(path, (str, Path)) or not str(path):
-        raise ValueError(f"path must be a file name (str or Path), got {path!r}")
-    if not isinstance(overwrite, bool):
-        raise ValueError(f"overwrite must be True or False, got {overwrite!r}")
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"path must be a file, got the directory {str(path)!r}")
-    if path.exists() and not overwrite:
+    """``path`` as a Path if a checkpoint may be written there, else a ValueError (an existing
+    file without ``overwrite``, a directory, not a file name)."""
+    path = _check_path(path)
+    if path.exists() and not check_bool(overwrite, "overwrite"):
         raise ValueError(f"{str(path)!r} exists: pass overwrite=True (--overwrite) to replace it")
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m mha_lib.training OUT.pt [--overwrite]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m mha_lib.training",
-        description="Train the model of chapter 7 with the default TrainConfig (the shipped "
-        "checkpoint's) and save it.",
-    )
-    parser.add_argument("out", type=Path, help="the checkpoint file to write")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing file")
+def save_checkpoint(
+    path: str | os.PathLike,
+    *,
+    kind: str,
+    config: dict,
+    state_dict: Mapping[str, Tensor],
+    extra: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a checkpoint: ``{"kind", "config", "state_dict", "extra"}``, via ``torch.save``.
+
+    The file is written next to its destination and then renamed into place, so an
+    interrupted save never leaves half a checkpoint; missing parent directories are made.
+
+    Args:
+        path: the file to write.
+        kind: the experiment's name (``"digits"``, ``"induction"``, ...); :func:`load_checkpoint`
+            refuses a file of another kind.
+        config: plain data (``dataclasses.asdict`` of the experiment's ``Config``).
+        state_dict: parameter name -> tensor (``model.state_dict()``).
+        extra: more plain data (the training history); None stores ``{}``.
+        overwrite: replace an existing file (default: refuse).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: an existing file without ``overwrite``, a directory, a bad kind, or
+            contents that ``torch.load(weights_only=True)`` could not read back.
+    """
+    path = _check_output_path(path, overwrite)
+    kind = _check_kind(kind)
+    if not isinstance(config, dict):
+        raise ValueError(f"config must be a dict (dataclasses.asdict of a Config), got {type(config).__name__}")
+    _check_plain(config, "config")
+    if not isinstance(state_dict, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, Tensor) for k, v in state_dict.items()
+    ):
+        raise ValueError(f"state_dict must map parameter names to tensors (model.state_dict()), got {type(state_dict).__name__}")
+    extra = {} if extra is None else extra
+    if not isinstance(extra, dict):
+        raise ValueError(f"extra must be a dict or None, got {type(extra).__name__}")
+    _check_plain(extra, "extra")
+    ckpt = {"kind": kind, "config": config, "state_dict": dict(state_dict), "extra": extra}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A fresh name beside the destination (torch.save opens it with the usual permissions).
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    try:
+        torch.save(ckpt, tmp)
+        if not overwrite and path.exists():  # appeared while we were writing
+            raise ValueError(f"{str(path)!r} exists: pass overwrite=True (--overwrite) to replace it")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def _why(err: Exception) -> str:
+    """The useful line of a torch.load error (its advice to retry with weights_only=False is not)."""
+    text = str(err).strip()
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1].strip().split("\n")[0].split(". ")[0].strip()
+    else:
+        text = text.splitlines()[0] if text else ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def load_checkpoint(path: str | os.PathLike, *, kind: str) -> dict:
+    """Read a checkpoint of :func:`save_checkpoint` with ``torch.load(..., weights_only=True)``.
+
+    Args:
+        path: the file.
+        kind: the experiment it must belong to.
+
+    Returns:
+        A dict with ``kind``, ``config`` (dict), ``state_dict`` (name -> tensor, on the CPU)
+        and ``extra`` (dict).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file is not one of our checkpoints (not a ``torch.save`` file, not
+            loadable with ``weights_only=True``, not a dict with our four keys), or it is a
+            checkpoint of another kind.
+    """
+    path = _check_path(path)
+    kind = _check_kind(kind)
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {str(path)!r}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except PermissionError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a corrupt file can make the unpickler raise anything
+        raise ValueError(
+            f"{str(path)!r} is not a mha_lib checkpoint: torch.load failed ({_why(err)})"
+        ) from None
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"{str(path)!r} is not a mha_lib checkpoint: it holds a {type(ckpt).__name__}, not a dict")
+    if set(ckpt) != set(_KEYS):
+        raise ValueError(
+            f"{str(path)!r} is not a mha_lib checkpoint: expected the keys {list(_KEYS)}, got {sorted(map(str, ckpt))}"
+        )
+    if ckpt["kind"] != kind:
+        raise ValueError(f"{str(path)!r} is a checkpoint of kind {ckpt['kind']!r}, not {kind!r}")
+    if not isinstance(ckpt["config"], dict) or not isinstance(ckpt["extra"], dict) or not isinstance(
+        ckpt["state_dict"], dict
+    ) or not all(isinstance(v, Tensor) for v in ckpt["state_dict"].values()):
+        raise ValueError(f"{str(path)!r} is not a mha_lib checkpoint: config, state_dict or extra has the wrong type")
+    return ckpt
+
+
+def save_result(result: TrainResult, path: str | os.PathLike, *, kind: str, model_class: type,
+                overwrite: bool = False) -> Path:
+    """Save an experiment's :class:`TrainResult` with :func:`save_checkpoint`: its config (as a
+    dict), the model's ``state_dict`` and the history as ``extra``.
+
+    Raises:
+        ValueError: result not a TrainResult whose model is a ``model_class`` and whose config
+            is a dataclass, or a reason of :func:`save_checkpoint`.
+    """
+    if not isinstance(model_class, type):
+        raise ValueError(f"model_class must be a class, got {model_class!r}")
+    if not isinstance(result, TrainResult) or not isinstance(result.model, model_class) or not (
+        dataclasses.is_dataclass(result.config) and not isinstance(result.config, type)
+    ):
+        raise ValueError(
+            f"result must be a TrainResult of a {model_class.__name__} and its Config (what the "
+            f"experiment's train returns), got {type(result).__name__}"
+        )
+    return save_checkpoint(path, kind=kind, config=dataclasses.asdict(result.config),
+                           state_dict=result.model.state_dict(), extra=result.history, overwrite=overwrite)
+
+
+def load_model(path: str | os.PathLike, *, kind: str, config_class: type,
+               model_class: Callable[[Any], nn.Module]) -> nn.Module:
+    """Rebuild an experiment's model from its checkpoint (:func:`load_checkpoint`), in eval mode.
+
+    Args:
+        path: the checkpoint file.
+        kind: the experiment it must belong to.
+        config_class: the experiment's ``Config`` dataclass (built from the checkpoint's config).
+        model_class: called with that config.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file is not a checkpoint of that kind, its config does not fit
+            ``config_class``, or its weights do not fit the model.
+    """
+    if not dataclasses.is_dataclass(config_class) or not isinstance(config_class, type):
+        raise ValueError(f"config_class must be a dataclass, got {config_class!r}")
+    _check_callable(model_class, "model_class")
+    ckpt = load_checkpoint(path, kind=kind)
+    try:
+        config = config_class(**ckpt["config"])
+    except TypeError as err:
+        raise ValueError(f"the config of {str(path)!r} does not fit {config_class.__name__}: {err}") from None
+    model = model_class(config)
+    try:
+        model.load_state_dict(ckpt["state_dict"])
+    except RuntimeError as err:
+        raise ValueError(f"the weights of {str(path)!r} do not fit {type(model).__name__}: {err}") from None
+    return model.eval()
+
+
+# --- the command line -------------------------------------------------------------------------
+
+def run_main(
+    argv: Sequence[str] | None,
+    *,
+    name: str,
+    description: str,
+    config: Any,
+    train: Callable[[Any], TrainResult],
+    save: Callable[..., Path],
+    summary: Callable[[TrainResult], str],
+) -> int:
+    """``python -m mha_lib.<name> --out PATH [--seed S] [--steps N] [--overwrite]``.
+
+    Parses ``argv``, refuses an existing ``--out`` before training (unless ``--overwrite``),
+    trains ``config`` with the given seed and steps, saves, and prints ``summary(result)``.
+
+    Returns:
+        0 (the exit status); a bad argument exits through argparse with status 2.
+    """
+    if not dataclasses.is_dataclass(config) or isinstance(config, type) or not all(
+        hasattr(config, field) for field in ("seed", "steps")
+    ):
+        raise ValueError(f"config must be an experiment's Config (a dataclass with seed and steps), got {config!r}")
+    for arg, fn in (("train", train), ("save", save), ("summary", summary)):
+        _check_callable(fn, arg)
+    parser = argparse.ArgumentParser(prog=f"python -m mha_lib.{name}", description=description)
+    parser.add_argument("--out", required=True, type=Path, help="the checkpoint file to write")
+    parser.add_argument("--seed", type=int, default=config.seed, help=f"default {config.seed}")
+    parser.add_argument("--steps", type=int, default=config.steps, help=f"default {config.steps}")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     args = parser.parse_args(argv)
     try:
         _check_output_path(args.out, args.overwrite)
+        config = dataclasses.replace(config, seed=args.seed, steps=args.steps)
     except ValueError as err:
         parser.error(str(err))
-    done = save_pretrained(args.out, overwrite=args.overwrite)
-    print(f"test accuracy {done.test_accuracy:.4f} after {done.seconds:.1f} s -> {args.out}")
+    result = train(config)
+    save(result, args.out, overwrite=args.overwrite)
+    print(f"{summary(result)} -> {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,7 +21,7 @@ Running it again gives the same notebooks (points an author changed are kept).
 **build** writes ``<course>/source/<chapter>/<chapter>.ipynb`` for every chapter with exercises
 (the instructor version: the exercise boxes as plain markdown, the solutions' prose removed,
 ``### BEGIN SOLUTION`` regions around the bodies so that students keep each ``def`` line, and after every checker cell a hidden partial-credit cell from
-:mod:`mha_lib.grading`), then runs ``nbgrader generate_assignment`` on each: the student
+:mod:`mha_lib.exercises.grading`), then runs ``nbgrader generate_assignment`` on each: the student
 versions land in ``<course>/release/`` with the solutions replaced by stubs, hidden tests
 removed and checksums set. It refuses a course folder that is, contains or lies inside the
 chapters' folder. nbgrader runs with the course's own ``nbgrader_config.py`` and gradebook, and
@@ -326,7 +326,7 @@ def solution_regions(source: str) -> str:
 def _checker_call(cell) -> tuple[str, str] | None:
     """(checker, answer name) of a cell calling a checker of mha_lib.exercises, if any."""
     from mha_lib import exercises
-    from mha_lib.grading import CHECKER_FAMILIES
+    from mha_lib.exercises.grading import CHECKER_FAMILIES
 
     for checker, answer in CHECKER_CALL.findall(cell.source):
         if checker in CHECKER_FAMILIES and hasattr(exercises, checker):
@@ -335,15 +335,15 @@ def _checker_call(cell) -> tuple[str, str] | None:
 
 
 def partial_credit_cell(checker: str, answer: str, grade_id: str):
-    """The hidden test cell that gives partial credit through :mod:`mha_lib.grading`."""
+    """The hidden test cell that gives partial credit through :mod:`mha_lib.exercises.grading`."""
     from nbformat.v4 import new_code_cell
 
-    from mha_lib.grading import max_points
+    from mha_lib.exercises.grading import max_points
 
     source = "\n".join([
         "# Hidden tests, run by the grader: partial credit per kind of mistake.",
         "### BEGIN HIDDEN TESTS",
-        "from mha_lib.grading import partial_credit",
+        "from mha_lib.exercises.grading import partial_credit",
         "",
         f'partial_credit("{checker}", {answer})',
         "### END HIDDEN TESTS",

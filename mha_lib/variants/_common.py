@@ -49,7 +49,7 @@ def check_square_mha(mha: object, name: str = "mha") -> MultiHeadAttention:
     """
     if not isinstance(mha, MultiHeadAttention):
         raise ValueError(f"{name} must be a mha_lib.MultiHeadAttention, got {type(mha).__name__}")
-    D = mha.num_hiddens
+    D = mha.d_model
     widths = {
         "query_size": mha.W_q.in_features,
         "key_size": mha.W_k.in_features,
@@ -59,8 +59,8 @@ def check_square_mha(mha: object, name: str = "mha") -> MultiHeadAttention:
     wrong = {k: v for k, v in widths.items() if v != D}
     if wrong:
         raise ValueError(
-            f"{name} must have query_size = key_size = value_size = num_hiddens = output width "
-            f"(one model width), got num_hiddens = {D} and {wrong}"
+            f"{name} must have query_size = key_size = value_size = d_model = output width "
+            f"(one model width), got d_model = {D} and {wrong}"
         )
     return mha
 

@@ -25,14 +25,16 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.parametrizations import orthogonal
 
-from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib._checks import check_bool, check_positive_int, check_tensor
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.variants._common import check_like_module, check_square_mha
+
+__all__ = ["ColumnMajorMultiHeadAttention"]
 
 _NAMES = ("PQ", "PK", "PV")
 # from_mha(stiefel=True) accepts max |P_i^T P_i - I| up to this many times N * eps of the dtype
 # (float32: 5e-5 for N = 8; float64: 1e-13).
-STIEFEL_TOLERANCE_EPS = 50
+_STIEFEL_TOLERANCE_EPS = 50
 
 
 class ColumnMajorMultiHeadAttention(nn.Module):
@@ -63,11 +65,8 @@ class ColumnMajorMultiHeadAttention(nn.Module):
         self.n_heads = check_positive_int(n_heads, "n_heads")
         if dim % n_heads:
             raise ValueError(f"dim ({dim}) must be divisible by n_heads ({n_heads})")
-        for flag, value in (("add_connection", add_connection), ("stiefel", stiefel)):
-            if not isinstance(value, bool):
-                raise ValueError(f"{flag} must be True or False, got {value!r}")
-        self.add_connection = add_connection
-        self.stiefel = stiefel
+        self.add_connection = check_bool(add_connection, "add_connection")
+        self.stiefel = check_bool(stiefel, "stiefel")
         H, d = n_heads, dim // n_heads
         for name in _NAMES:
             # Start from orthonormal columns (QR of a Gaussian), on the manifold or not.
@@ -156,7 +155,7 @@ class ColumnMajorMultiHeadAttention(nn.Module):
             bias = getattr(mha, name).bias
             if bias is not None and bias.any():
                 raise ValueError(f"mha.{name} must have no bias (the column-major design has none)")
-        D, H = mha.num_hiddens, mha.num_heads
+        D, H = mha.d_model, mha.num_heads
         eye = torch.eye(D, dtype=mha.W_o.weight.dtype, device=mha.W_o.weight.device)
         if not torch.equal(mha.W_o.weight, eye):
             raise ValueError(
@@ -165,7 +164,7 @@ class ColumnMajorMultiHeadAttention(nn.Module):
         module = cls(D, H, add_connection=add_connection, stiefel=stiefel)
         module = module.to(device=eye.device, dtype=eye.dtype)
         # Rounding error of a Gram matrix grows with the sum over N terms: scale with eps.
-        tol = STIEFEL_TOLERANCE_EPS * D * torch.finfo(eye.dtype).eps
+        tol = _STIEFEL_TOLERANCE_EPS * D * torch.finfo(eye.dtype).eps
         with torch.no_grad():
             for name, w_name in zip(_NAMES, ("W_q", "W_k", "W_v")):
                 W = getattr(mha, w_name).weight  # (D, N)

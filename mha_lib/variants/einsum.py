@@ -25,7 +25,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int, check_probability
-from mha_lib.masking import check_attention_mask, masked_softmax_keep, padding_to_keep
+from mha_lib.masking import check_attention_mask, padding_to_keep, softmax_over_kept
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.variants._common import (
     check_qkv_for,
@@ -33,6 +33,8 @@ from mha_lib.variants._common import (
     copy_linear,
 )
 
+
+__all__ = ["EinsumMultiHeadAttention"]
 
 class EinsumMultiHeadAttention(nn.Module):
     """Multi-head attention block with residual connection and LayerNorm, in einsum notation.
@@ -96,7 +98,7 @@ class EinsumMultiHeadAttention(nn.Module):
         if keep is None:
             attn = torch.softmax(scores, dim=-1)
         else:
-            attn = masked_softmax_keep(scores, keep[None])  # mask (1, B, Lq, Lk): every head
+            attn = softmax_over_kept(scores, keep[None])  # mask (1, B, Lq, Lk): every head
         output = torch.einsum("hblt,hbtv->hblv", attn, v)  # (H, B, Lq, d_v)
         output = rearrange(output, "head b l v -> b l (head v)")  # (B, Lq, H*d_v)
         output = self.dropout(self.fc(output))  # (B, Lq, d_model)
@@ -106,7 +108,7 @@ class EinsumMultiHeadAttention(nn.Module):
     def from_mha(cls, mha: MultiHeadAttention) -> "EinsumMultiHeadAttention":
         """Build the einsum block from a MultiHeadAttention's weights.
 
-        With d_model = num_hiddens and d_k = d_v = head_size, in eval mode,
+        With the same d_model and d_k = d_v = head_size, in eval mode,
         ``from_mha(mha)(q, k, v, mask)[0]`` equals ``LayerNorm(mha(q, k, v, valid_lens) + q)``
         for a fresh LayerNorm, when ``mask`` is the padding mask of ``valid_lens``. Missing
         biases become zeros.
@@ -116,7 +118,7 @@ class EinsumMultiHeadAttention(nn.Module):
         """
         check_square_mha(mha)
         H, d = mha.num_heads, mha.head_size
-        block = cls(H, mha.num_hiddens, d, d, dropout=mha.attention.dropout.p)
+        block = cls(H, mha.d_model, d, d, dropout=mha.attention.dropout.p)
         block = block.to(device=mha.W_q.weight.device, dtype=mha.W_q.weight.dtype)
         # Both layouts put head h in features h*d .. h*d + d - 1: the weights copy as they are.
         for mine, theirs in ((block.w_qs, mha.W_q), (block.w_ks, mha.W_k),

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int
-from mha_lib.masking import check_attention_mask, masked_softmax_keep
+from mha_lib.masking import check_attention_mask, softmax_over_kept
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.variants._common import (
     check_qkv_for,
@@ -29,6 +29,8 @@ from mha_lib.variants._common import (
     copy_linear,
 )
 
+
+__all__ = ["HaikuStyleMultiheadAttention", "scaled_dot_product"]
 
 def scaled_dot_product(
     q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None = None
@@ -50,7 +52,7 @@ def scaled_dot_product(
     if keep is None:
         attention = torch.softmax(scores, dim=-1)
     else:
-        attention = masked_softmax_keep(scores, keep)
+        attention = softmax_over_kept(scores, keep)
     return attention @ v, attention  # (..., Lq, dv), (..., Lq, Lk)
 
 
@@ -155,7 +157,7 @@ class HaikuStyleMultiheadAttention(nn.Module):
             ValueError: ``mha`` has different query, key, value and model widths.
         """
         check_square_mha(mha)
-        module = cls(mha.num_hiddens, mha.num_heads)
+        module = cls(mha.d_model, mha.num_heads)
         module = module.to(device=mha.W_q.weight.device, dtype=mha.W_q.weight.dtype)
         for mine, theirs in zip(module.lin_projs, (mha.W_q, mha.W_k, mha.W_v, mha.W_o)):
             copy_linear(mine, theirs)

@@ -6,9 +6,12 @@
 * :func:`static_explorer`       kernel-free explorer for the website (precomputed states), and
   :func:`static_explorer_html`  its HTML for ``IPython.display.HTML``
 * :mod:`mha_lib.viz.scene`      the inputs and the one function computing the explorers' weights
+* :mod:`mha_lib.viz.given_explorer`, :mod:`mha_lib.viz.diagram`, :mod:`mha_lib.viz.positions`,
+  :mod:`mha_lib.viz.modern`: the explorers of given weights and the figures of single chapters.
 
-Only the live explorer needs ipywidgets: it is imported on first use of ``explore`` or
-``AttentionExplorer``, so everything else works without it.
+Only the live explorers need ipywidgets: :mod:`mha_lib.viz.explorer` is imported on first use of
+``explore``, so everything else works without it. The tools that drive these pictures in a
+browser or in JupyterLab live in :mod:`mha_lib.book` (build tooling), not here.
 """
 
 from mha_lib.viz.heatmaps import attention_heatmaps
@@ -16,7 +19,6 @@ from mha_lib.viz.static_explorer import static_explorer, static_explorer_html
 from mha_lib.viz.transposition import transposition_figure
 
 __all__ = [
-    "AttentionExplorer",
     "attention_heatmaps",
     "explore",
     "static_explorer",
@@ -24,13 +26,11 @@ __all__ = [
     "transposition_figure",
 ]
 
-_LIVE = ("AttentionExplorer", "explore")
-
 
 def __getattr__(name: str):
     """Import the live explorer (and so ipywidgets) only when it is asked for."""
-    if name in _LIVE:
-        from mha_lib.viz import explorer
+    if name == "explore":
+        from mha_lib.viz.explorer import explore
 
-        return getattr(explorer, name)
+        return explore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,7 @@
 :func:`mha_diagram` draws the data flow of :class:`mha_lib.MultiHeadAttention` top to bottom:
 queries, keys and values -> ``W_q``, ``W_k``, ``W_v`` -> split into H heads -> scaled
 dot-product attention in every head -> concatenate the heads -> ``W_o`` -> output. The tensor
-shape written on each arrow is not typed by hand: :func:`traced_shapes` runs the library's own
+shape written on each arrow is not typed by hand: :func:`_traced_shapes` runs the library's own
 pieces on sizes that are all different numbers (B=2, H=3, d=5, ...) and turns every size back
 into its symbol, so the picture cannot disagree with the code.
 
@@ -16,7 +16,7 @@ Shape legend
     Lq  number of queries
     Lk  number of key-value pairs
     d   head size
-    D   H*d, ``num_hiddens``
+    D   H*d, the model width ``d_model``
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from collections.abc import Iterable
 import plotly.graph_objects as go
 import torch
 
+from mha_lib._checks import check_bool
 from mha_lib.heads import transpose_output, transpose_qkv
 from mha_lib.multihead import MultiHeadAttention
 
-__all__ = ["STAGES", "mha_diagram", "traced_shapes"]
+__all__ = ["mha_diagram"]
 
 #: The stages a caller may highlight, in the order the data flows through them.
-STAGES = ("inputs", "project", "split", "attend", "concat", "output")
+_STAGES = ("inputs", "project", "split", "attend", "concat", "output")
 
 # Every size a distinct number, so each number in a traced shape names exactly one symbol.
 _SIZES = {"B": 2, "H": 3, "d": 5, "Lq": 7, "Lk": 11, "query_size": 13, "key_size": 17,
@@ -51,7 +52,7 @@ def _symbolic(shape: torch.Size) -> str:
     return "(" + ", ".join(_SYMBOLS[n] for n in shape) + ")"
 
 
-def traced_shapes() -> dict[str, str]:
+def _traced_shapes() -> dict[str, str]:
     """Run multi-head attention step by step and return every intermediate shape in symbols.
 
     The steps are those of ``MultiHeadAttention``'s clear path, built from the public pieces
@@ -65,8 +66,9 @@ def traced_shapes() -> dict[str, str]:
     """
     s = _SIZES
     with torch.random.fork_rng():  # drawing the diagram leaves the caller's random state alone
+        # key_size, query_size, value_size, D = H*d, H, dropout: positional (d2l's order)
         mha = MultiHeadAttention(s["key_size"], s["query_size"], s["value_size"],
-                                 num_hiddens=s["H"] * s["d"], num_heads=s["H"], dropout=0.0).eval()
+                                 s["H"] * s["d"], s["H"], 0.0).eval()
     g = torch.Generator().manual_seed(0)
     queries = torch.randn(s["B"], s["Lq"], s["query_size"], generator=g)
     keys = torch.randn(s["B"], s["Lk"], s["key_size"], generator=g)
@@ -92,10 +94,12 @@ def _check_highlight(highlight: Iterable[str] | str | None) -> frozenset[str]:
         return frozenset()
     if isinstance(highlight, str):
         highlight = (highlight,)
+    if not isinstance(highlight, Iterable) or not all(isinstance(s, str) for s in highlight):
+        raise ValueError(f"highlight must name stages among {_STAGES}, got {highlight!r}")
     chosen = frozenset(highlight)
-    unknown = sorted(chosen - set(STAGES))
+    unknown = sorted(chosen - set(_STAGES))
     if unknown:
-        raise ValueError(f"highlight must name stages among {STAGES}, got {unknown}")
+        raise ValueError(f"highlight must name stages among {_STAGES}, got {unknown}")
     return chosen
 
 
@@ -104,7 +108,7 @@ def mha_diagram(highlight: Iterable[str] | str | None = None, show_code: bool = 
 
     Args:
         highlight: stages to draw in orange (the others are light blue), any of
-            :data:`STAGES`: ``"inputs"``, ``"project"``, ``"split"``, ``"attend"``,
+            ``"inputs"``, ``"project"``, ``"split"``, ``"attend"``,
             ``"concat"``, ``"output"``. Chapter 2 highlights ``("split", "concat")``, where
             the reshapes happen.
         show_code: also name the library function or layer of each stage (``transpose_qkv``,
@@ -115,10 +119,12 @@ def mha_diagram(highlight: Iterable[str] | str | None = None, show_code: bool = 
         width follows the page.
 
     Raises:
-        ValueError: if ``highlight`` names an unknown stage.
+        ValueError: if ``highlight`` names an unknown stage (or is not strings), or
+            ``show_code`` is not True or False.
     """
     chosen = _check_highlight(highlight)
-    shape_of = traced_shapes()
+    check_bool(show_code, "show_code")
+    shape_of = _traced_shapes()
     fig = go.Figure()
     lanes = (0.5, 1.5, 2.5)  # x centres of the query, key and value lanes
     half_w, half_h = 0.45, 0.32

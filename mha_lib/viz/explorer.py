@@ -8,13 +8,13 @@ The figure is built so that the browser redraws little: ONE heatmap trace per ex
 whatever the head count, its H heads side by side on one canvas, separated by empty
 (``None``) columns; a second x axis on top names the heads. The figure's size never changes.
 A valid-length or seed change restyles the B traces' ``z`` and hover text; a head-count change
-also moves a few axis ticks. Masked keys get the value :data:`MASKED_Z`, drawn grey by the
+also moves a few axis ticks. Masked keys get the value :data:`_MASKED_Z`, drawn grey by the
 colour scale (its colour bar says "masked"), so the data holds neither NaN (not valid JSON:
 the widget's messages would fail to serialise) nor anything that could pass for a weight.
 
 Shape legend
     B   number of examples (one valid-length slider each)
-    H   number of heads; D = num_hiddens = H*d
+    H   number of heads; D = d_model = H*d
     Lq  number of queries, Lk number of key-value pairs
 """
 
@@ -31,27 +31,29 @@ from torch import Tensor
 from mha_lib.viz.heatmaps import MASKED_COLOR, as_weights
 from mha_lib.viz.scene import Source, make_source
 
-SEED_SLIDER_MAX = 20  # the seed slider reaches at least this far (further for a larger seed)
-MASKED_Z = -0.1  # a masked key's value in z: below every weight, grey on the colour scale
-PANEL_PX = 200  # height of one example's heatmaps, in pixels
-TITLE_PX = 34  # room above an example for the head names
-AXIS_PX = 70  # room below an example for its key labels and the "key" axis title
-MARGIN_PX = 10
-SLIDER_STYLE = {"description_width": "13.5em"}  # one width: the tracks line up
-SLIDER_WIDTH = "540px"  # a 0..12 valid length gets about 25 px per step
+__all__ = ["explore"]
+
+_SEED_SLIDER_MAX = 20  # the seed slider reaches at least this far (further for a larger seed)
+_MASKED_Z = -0.1  # a masked key's value in z: below every weight, grey on the colour scale
+_PANEL_PX = 200  # height of one example's heatmaps, in pixels
+_TITLE_PX = 34  # room above an example for the head names
+_AXIS_PX = 70  # room below an example for its key labels and the "key" axis title
+_MARGIN_PX = 10
+_SLIDER_STYLE = {"description_width": "13.5em"}  # one width: the tracks line up
+_SLIDER_WIDTH = "540px"  # a 0..12 valid length gets about 25 px per step
 
 
 def _colorscale() -> list:
-    """Viridis on [0, 1], and grey for MASKED_Z (the colour axis runs from MASKED_Z to 1)."""
+    """Viridis on [0, 1], and grey for _MASKED_Z (the colour axis runs from _MASKED_Z to 1)."""
     viridis = plotly.colors.sequential.Viridis
-    start = -MASKED_Z / (1 - MASKED_Z)  # where weight 0 sits on the colour axis
+    start = -_MASKED_Z / (1 - _MASKED_Z)  # where weight 0 sits on the colour axis
     return [[0.0, MASKED_COLOR], [start, MASKED_COLOR]] + [
         [start + (1 - start) * i / (len(viridis) - 1), colour] for i, colour in enumerate(viridis)
     ]
 
 
 @dataclass(frozen=True)
-class Canvas:
+class _Canvas:
     """Where head ``h`` of an example sits on the example's one heatmap: columns
     ``h*(Lk+1) .. h*(Lk+1)+Lk-1``, with one empty column between neighbouring heads."""
 
@@ -69,8 +71,8 @@ class Canvas:
         return head * (self.num_keys + 1)
 
 
-def canvas_z(weights: np.ndarray, valid_len: int, canvas: Canvas) -> list:
-    """One example's heads as one JSON-ready z: weights, MASKED_Z, None in the gaps.
+def _canvas_z(weights: np.ndarray, valid_len: int, canvas: _Canvas) -> list:
+    """One example's heads as one JSON-ready z: weights, _MASKED_Z, None in the gaps.
 
     Shapes:
         weights: (H, Lq, Lk) of one example. Returns Lq rows of H*(Lk+1) - 1 values.
@@ -79,11 +81,11 @@ def canvas_z(weights: np.ndarray, valid_len: int, canvas: Canvas) -> list:
     for h in range(canvas.num_heads):
         c = canvas.column(h)
         z[:, c:c + valid_len] = weights[h, :, :valid_len]
-        z[:, c + valid_len:c + canvas.num_keys] = MASKED_Z
+        z[:, c + valid_len:c + canvas.num_keys] = _MASKED_Z
     return np.where(np.isnan(z), None, z).tolist()  # None, not NaN: valid JSON
 
 
-def canvas_text(z: list, canvas: Canvas, name: str, query_tokens, key_tokens) -> list:
+def _canvas_text(z: list, canvas: _Canvas, name: str, query_tokens, key_tokens) -> list:
     """Hover texts of a canvas: head, query, key and weight (or "masked"); empty in the gaps."""
     text = [[""] * canvas.shape[1] for _ in range(canvas.shape[0])]
     for h in range(canvas.num_heads):
@@ -92,7 +94,7 @@ def canvas_text(z: list, canvas: Canvas, name: str, query_tokens, key_tokens) ->
             for j, key in enumerate(key_tokens):
                 w = z[i][c + j]
                 text[i][c + j] = (f"{name}head {h}<br>query {i}: {query}<br>key {j}: {key}<br>"
-                                  + ("masked" if w == MASKED_Z else f"weight {w:.3f}"))
+                                  + ("masked" if w == _MASKED_Z else f"weight {w:.3f}"))
     return text
 
 
@@ -102,7 +104,7 @@ def _axis_names(b: int, batch_size: int) -> tuple[str, str, str]:
     return "x" + suffix, "y" + suffix, f"x{batch_size + b + 1}"
 
 
-def head_ticks(canvas: Canvas, key_tokens) -> dict:
+def _head_ticks(canvas: _Canvas, key_tokens) -> dict:
     """The entries of example b's axes that follow the head count (flat keys, b = 0 axes)."""
     H, Lk = canvas.num_heads, canvas.num_keys
     return {
@@ -114,7 +116,7 @@ def head_ticks(canvas: Canvas, key_tokens) -> dict:
     }
 
 
-def figure_parts(source: Source, weights: np.ndarray, valid_lens) -> tuple[list, dict, Canvas]:
+def _figure_parts(source: Source, weights: np.ndarray, valid_lens) -> tuple[list, dict, _Canvas]:
     """Traces (B heatmaps), layout and canvas of the explorer's figure.
 
     Shapes:
@@ -122,20 +124,20 @@ def figure_parts(source: Source, weights: np.ndarray, valid_lens) -> tuple[list,
     """
     scene = source.scene
     B, H, Lq, Lk = weights.shape
-    canvas = Canvas(H, Lq, Lk)
-    block_px = TITLE_PX + PANEL_PX + AXIS_PX
+    canvas = _Canvas(H, Lq, Lk)
+    block_px = _TITLE_PX + _PANEL_PX + _AXIS_PX
     traces, layout = [], {}
     for b in range(B):
         x, y, top = _axis_names(b, B)
         name = f"example {b}, " if B > 1 else ""
-        z = canvas_z(weights[b], valid_lens[b], canvas)
+        z = _canvas_z(weights[b], valid_lens[b], canvas)
         traces.append({
             "type": "heatmap", "xaxis": x, "yaxis": y, "coloraxis": "coloraxis",
             "meta": {"example": b}, "name": f"example {b}", "z": z,
-            "text": canvas_text(z, canvas, name, scene.query_tokens[b], scene.key_tokens[b]),
+            "text": _canvas_text(z, canvas, name, scene.query_tokens[b], scene.key_tokens[b]),
             "hovertemplate": "%{text}<extra></extra>", "hoverongaps": False,
         })
-        ticks = head_ticks(canvas, scene.key_tokens[b])
+        ticks = _head_ticks(canvas, scene.key_tokens[b])
         # "allow": plotly otherwise measures every tick label on every redraw to hide those
         # past the figure's edge (about a third of a redraw's time); ours all fit.
         common = {"showgrid": False, "zeroline": False, "fixedrange": True,
@@ -150,9 +152,9 @@ def figure_parts(source: Source, weights: np.ndarray, valid_lens) -> tuple[list,
             "tickvals": ticks["head_tickvals"], "ticktext": ticks["head_ticktext"],
             "ticks": "", "tickfont": {"size": 13}, **common,
         }
-        top_edge = 1 - (b * block_px + TITLE_PX) / (B * block_px)
+        top_edge = 1 - (b * block_px + _TITLE_PX) / (B * block_px)
         layout["yaxis" + y[1:]] = {
-            "anchor": x, "domain": [round(top_edge - PANEL_PX / (B * block_px), 6),
+            "anchor": x, "domain": [round(top_edge - _PANEL_PX / (B * block_px), 6),
                                     round(top_edge, 6)],
             "range": [Lq - 0.5, -0.5],  # first query at the top
             "tickmode": "array", "tickvals": list(range(Lq)),
@@ -166,22 +168,22 @@ def figure_parts(source: Source, weights: np.ndarray, valid_lens) -> tuple[list,
                        "mode": "markers", "marker": {"opacity": 0}, "hoverinfo": "skip",
                        "meta": {"example": b, "role": "head names"}})
     layout.update(
-        coloraxis={"colorscale": _colorscale(), "cmin": MASKED_Z, "cmax": 1.0,
+        coloraxis={"colorscale": _colorscale(), "cmin": _MASKED_Z, "cmax": 1.0,
                    "colorbar": {"title": {"text": "weight"}, "len": min(1.0, 300 / (B * block_px)),
-                                "thickness": 14, "tickvals": [MASKED_Z / 2, 0, 0.2, 0.4, 0.6,
+                                "thickness": 14, "tickvals": [_MASKED_Z / 2, 0, 0.2, 0.4, 0.6,
                                                               0.8, 1.0],
                                 "ticktext": ["masked", "0", "0.2", "0.4", "0.6", "0.8", "1"]}},
-        plot_bgcolor="rgba(0,0,0,0)", showlegend=False, height=B * block_px + 2 * MARGIN_PX,
-        margin={"t": MARGIN_PX, "b": MARGIN_PX, "l": 70, "r": 20},
+        plot_bgcolor="rgba(0,0,0,0)", showlegend=False, height=B * block_px + 2 * _MARGIN_PX,
+        margin={"t": _MARGIN_PX, "b": _MARGIN_PX, "l": 70, "r": 20},
     )
     return traces, layout, canvas
 
 
-class AttentionExplorer(widgets.VBox):
+class _AttentionExplorer(widgets.VBox):
     """Live explorer of multi-head attention weights (an ipywidgets ``VBox``); see :func:`explore`.
 
     Attributes:
-        heads: ``SelectionSlider`` offering only head counts that divide num_hiddens (a single,
+        heads: ``SelectionSlider`` offering only head counts that divide d_model (a single,
             disabled option for a given ``mha``).
         valid_lens: tuple of B ``IntSlider`` (0..Lk), the valid length of each example.
         seed: ``IntSlider`` (0 .. max(20, initial seed)) for the random initialisation of the
@@ -197,21 +199,21 @@ class AttentionExplorer(widgets.VBox):
         scene = source.scene
         choices = source.head_choices
         num_heads = source.initial_heads(num_heads)
-        wide = widgets.Layout(width=SLIDER_WIDTH)
+        wide = widgets.Layout(width=_SLIDER_WIDTH)
         self.heads = widgets.SelectionSlider(
             options=list(choices), value=num_heads, description="heads H",
-            disabled=len(choices) == 1, continuous_update=True, style=SLIDER_STYLE, layout=wide,
+            disabled=len(choices) == 1, continuous_update=True, style=_SLIDER_STYLE, layout=wide,
         )
         self.valid_lens = tuple(
-            widgets.IntSlider(value=v, min=0, max=scene.num_keys, style=SLIDER_STYLE,
+            widgets.IntSlider(value=v, min=0, max=scene.num_keys, style=_SLIDER_STYLE,
                               layout=wide, description=f"valid length (example {b})")
             for b, v in enumerate(scene.valid_lens)
         )
         self.seed = None if source.fixed is not None else widgets.IntSlider(
-            value=source.seed, min=0, max=max(SEED_SLIDER_MAX, source.seed), description="seed",
-            style=SLIDER_STYLE, layout=wide)
+            value=source.seed, min=0, max=max(_SEED_SLIDER_MAX, source.seed), description="seed",
+            style=_SLIDER_STYLE, layout=wide)
         self.info = widgets.HTML()
-        traces, layout, self._canvas = figure_parts(source, self._weights_array(),
+        traces, layout, self._canvas = _figure_parts(source, self._weights_array(),
                                                     self.current_valid_lens())
         self.figure = go.FigureWidget(data=traces, layout=layout)
         self._describe()
@@ -240,14 +242,14 @@ class AttentionExplorer(widgets.VBox):
         out = {}
         for b, trace in enumerate(self.figure.data[:self.source.scene.batch_size]):
             z = np.array(trace.z, dtype=float)  # (Lq, H*(Lk+1) - 1); gaps None -> NaN
-            z[z == MASKED_Z] = np.nan
+            z[z == _MASKED_Z] = np.nan
             for h in range(canvas.num_heads):
                 c = canvas.column(h)
                 out[b, h] = z[:, c:c + canvas.num_keys]
         return out
 
     def _describe(self) -> None:
-        H, D = self.heads.value, self.source.num_hiddens
+        H, D = self.heads.value, self.source.d_model
         self.info.value = (
             f"<div style='padding-left:2em'>H = {H} head{'s' if H > 1 else ''} of size "
             f"d = D/H = {D}/{H} = {D // H}<br>grey cells: masked keys</div>"
@@ -263,7 +265,7 @@ class AttentionExplorer(widgets.VBox):
         replaces the ticks of the key axes and of the head names (flat keys: a relayout of
         whole axis objects costs plotly's Python side about five times as much).
         """
-        traces, _, canvas = figure_parts(self.source, self._weights_array(),
+        traces, _, canvas = _figure_parts(self.source, self._weights_array(),
                                          self.current_valid_lens())
         B = self.source.scene.batch_size
         restyle = {"z": [t["z"] for t in traces[:B]], "text": [t["text"] for t in traces[:B]]}
@@ -271,7 +273,7 @@ class AttentionExplorer(widgets.VBox):
         if canvas != self._canvas:
             for b in range(B):
                 x, _, top = _axis_names(b, B)
-                ticks = head_ticks(canvas, self.source.scene.key_tokens[b])
+                ticks = _head_ticks(canvas, self.source.scene.key_tokens[b])
                 for axis, prefix in ((x, ""), (top, "head_")):
                     name = "xaxis" + axis[1:]
                     relayout[f"{name}.tickvals"] = ticks[prefix + "tickvals"]
@@ -283,12 +285,12 @@ class AttentionExplorer(widgets.VBox):
         self._describe()
 
 
-def explore(*, num_heads: int | None = None, **inputs) -> AttentionExplorer:
+def explore(*, num_heads: int | None = None, **inputs) -> _AttentionExplorer:
     """Explore multi-head attention weights live in Jupyter: sliders, heatmaps, real weights.
 
     With no arguments: self-attention over two short sentences with seeded random word
-    vectors and a fresh (untrained) MultiHeadAttention with ``num_hiddens`` = 8; sliders for
-    the number of heads (only divisors of num_hiddens), one valid length per example and the
+    vectors and a fresh (untrained) MultiHeadAttention with ``d_model`` = 8; sliders for
+    the number of heads (only divisors of d_model), one valid length per example and the
     seed of the projections.
 
     With your own model (its head count is then fixed)::
@@ -315,22 +317,22 @@ def explore(*, num_heads: int | None = None, **inputs) -> AttentionExplorer:
             * ``queries``, ``keys``, ``values``: its inputs (see Shapes), all of one dtype and
               device (the module's, with ``mha``);
             * ``tokens``, ``query_tokens``, ``key_tokens``, ``valid_lens``: see Shapes;
-            * ``num_hiddens``: D for the fresh models (default 8; ignored with ``mha``);
+            * ``d_model``: D for the fresh models (default 8; ignored with ``mha``);
             * ``sentences``: the default scene's sentences (one example each), when no
               queries are given;
             * ``seed``: integer >= 0, initial seed of the fresh models' parameters and of the
               default word vectors (default 0).
 
     Returns:
-        An :class:`AttentionExplorer` (display it as the last expression of a cell). Its
+        An :class:`_AttentionExplorer` (display it as the last expression of a cell). Its
         ``heads``, ``valid_lens`` and ``figure`` attributes can be driven from code, and
-        :meth:`AttentionExplorer.shown` returns the weights the figure shows.
+        :meth:`_AttentionExplorer.shown` returns the weights the figure shows.
 
     Raises:
         ValueError: an ``mha`` that is not a MultiHeadAttention or comes without queries,
             inputs of the wrong shape, dtype or device, or not finite, labels of the wrong
             length, valid lengths outside [0, Lk], a ``num_heads`` that does not divide
-            ``num_hiddens`` (or is not an integer), or a seed that is not an integer >= 0.
-        TypeError: an argument that neither ``explore`` nor ``make_source`` takes.
+            ``d_model`` (or is not an integer), a seed that is not an integer >= 0, or an
+            argument of another name.
     """
-    return AttentionExplorer(make_source(**inputs), num_heads=num_heads)
+    return _AttentionExplorer(make_source(**inputs), num_heads=num_heads)

@@ -30,22 +30,25 @@ from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-import torch
 
 from mha_lib._checks import check_positive_int
 from mha_lib.viz.heatmaps import (
     DEFAULT_MAX_COLS,
     WEIGHT_TOLERANCE,
+    as_array,
+    as_list,
     as_weights,
     heatmap_parts,
     masked_keys,
 )
 
-DIV_ID = "mha-given-explorer"
+__all__ = ["explore_given", "given_explorer", "given_explorer_html"]
+
+_DIV_ID = "mha-given-explorer"
 
 
 @dataclass(frozen=True)
-class GivenWeights:
+class _GivenWeights:
     """Checked inputs of the given-weights explorers.
 
     Shapes:
@@ -80,21 +83,20 @@ class GivenWeights:
 
 
 def _labels(labels: object, length: int, name: str) -> tuple[str, ...]:
-    if isinstance(labels, torch.Tensor):
-        labels = labels.tolist()
+    labels = as_list(labels, name)
     if isinstance(labels, str) or not isinstance(labels, Sequence) or len(labels) != length:
         raise ValueError(f"{name} must be {length} labels (one per position), got {labels!r}")
     return tuple(str(t) for t in labels)
 
 
-def given_weights(
+def _given_weights(
     weights: object,
     *,
     tokens: object,
     key_tokens: object = None,
     valid_lens: object = None,
     layer_names: Sequence[str] | None = None,
-) -> GivenWeights:
+) -> _GivenWeights:
     """Check the explorers' inputs and bundle them.
 
     Shapes:
@@ -108,18 +110,16 @@ def given_weights(
         ValueError: weights not 4-D, not finite or outside [0, 1], or not 0 on a masked cell;
             labels of the wrong length; bad valid lengths; layer names not N strings.
     """
-    if isinstance(weights, torch.Tensor):
-        weights = weights.detach().cpu().double().numpy()
-    if np.ndim(weights) != 4:
+    weights = as_array(weights, "weights")
+    if weights.ndim != 4:
         raise ValueError(f"weights must have shape (N, H, Lq, Lk) (layers, heads, queries, keys), "
-                         f"got {np.ndim(weights)} dimensions")
+                         f"got {weights.ndim} dimensions")
     array = as_weights(weights)  # checked; a 4-D input keeps its shape: (N, H, Lq, Lk)
     N, H, Lq, Lk = array.shape
     query_tokens = _labels(tokens, Lq, "tokens")
     key_tokens = (query_tokens if key_tokens is None and Lq == Lk
                   else _labels(key_tokens, Lk, "key_tokens"))
-    if isinstance(valid_lens, torch.Tensor):
-        valid_lens = valid_lens.tolist()
+    valid_lens = as_list(valid_lens, "valid_lens")
     if valid_lens is None:
         masked = np.zeros((Lq, Lk), dtype=bool)
     elif isinstance(valid_lens, numbers.Integral) and not isinstance(valid_lens, bool):
@@ -134,14 +134,15 @@ def given_weights(
         raise ValueError("weights must be 0 on the cells valid_lens masks: is valid_lens the mask "
                          "the model used (e.g. causal_valid_lens for a causal model)?")
     names = tuple(f"layer {n}" for n in range(N)) if layer_names is None else layer_names
-    if isinstance(names, str) or len(names) != N or not all(isinstance(s, str) for s in names):
+    if isinstance(names, str) or not isinstance(names, Sequence) or len(names) != N \
+            or not all(isinstance(s, str) for s in names):
         raise ValueError(f"layer_names must be {N} strings, got {layer_names!r}")
-    return GivenWeights(array, masked, query_tokens, key_tokens, tuple(names))
+    return _GivenWeights(array, masked, query_tokens, key_tokens, tuple(names))
 
 
 # The page's script, after plotly.js: the range input picks a layer, Plotly.react draws its
 # stored traces and layout (the phone layout when the figure's box is narrow).
-REDRAW_JS = """
+_REDRAW_JS = """
 (function () {
   var gd = document.getElementById("__DIV__");
   var ex = __STATES__;
@@ -198,7 +199,7 @@ def given_explorer(
 ) -> go.Figure:
     """A self-contained plotly figure of given weights, one layer at a time, without a kernel.
 
-    The arguments up to ``layer_names`` are those of :func:`given_weights`. The figure shows
+    The arguments up to ``layer_names`` are those of :func:`_given_weights`. The figure shows
     layer ``layer``; :func:`given_explorer_html` adds the "Layer" range input that switches.
     Everything lives in ``fig.layout.meta["explorer"]``: ``names`` (the layers'), ``weights``
     (``[n][h]`` an (Lq, Lk) nested list, masked cells None, rounded to ``decimals``), per layer
@@ -206,7 +207,7 @@ def given_explorer(
     ``layer`` and a ``description`` (the text alternative, also ``meta["description"]``).
 
     Raises:
-        ValueError: as :func:`given_weights`, a ``layer`` not in [0, N), ``decimals`` not in 1..8.
+        ValueError: as :func:`_given_weights`, a ``layer`` not in [0, N), ``decimals`` not in 1..8.
     """
     given, layer, max_cols = _checked(weights, tokens, key_tokens, valid_lens, layer_names,
                                       layer, max_cols)
@@ -241,8 +242,8 @@ def given_explorer(
 
 
 def _checked(weights, tokens, key_tokens, valid_lens, layer_names, layer, max_cols):
-    """The arguments both explorers share, checked: (GivenWeights, layer, max_cols)."""
-    given = given_weights(weights, tokens=tokens, key_tokens=key_tokens, valid_lens=valid_lens,
+    """The arguments both explorers share, checked: (_GivenWeights, layer, max_cols)."""
+    given = _given_weights(weights, tokens=tokens, key_tokens=key_tokens, valid_lens=valid_lens,
                           layer_names=layer_names)
     if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) \
             or not 0 <= layer < given.num_layers:
@@ -250,7 +251,7 @@ def _checked(weights, tokens, key_tokens, valid_lens, layer_names, layer, max_co
     return given, int(layer), check_positive_int(max_cols, "max_cols")
 
 
-def given_explorer_html(fig: go.Figure, *, div_id: str = DIV_ID) -> str:
+def given_explorer_html(fig: go.Figure, *, div_id: str = _DIV_ID) -> str:
     """HTML for the website: a labelled "Layer" range input, the figure's div and its script.
 
     plotly.js comes from the book's own ``_static`` (no CDN). Show it with
@@ -267,7 +268,7 @@ def given_explorer_html(fig: go.Figure, *, div_id: str = DIV_ID) -> str:
     import plotly.io as pio
 
     explorer = json.loads(pio.to_json(fig.layout.meta["explorer"], validate=False))
-    script = (REDRAW_JS.replace("__DIV__", div_id)
+    script = (_REDRAW_JS.replace("__DIV__", div_id)
               .replace("__STATES__", json.dumps(explorer, separators=(",", ":"))))
     script = script.replace("</", "<\\/")  # the JSON cannot close the script early
     n, names = explorer["layer"], explorer["names"]

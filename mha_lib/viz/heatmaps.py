@@ -34,20 +34,69 @@ from mha_lib.viz.layout import (
     panels,
 )
 
-COLORSCALE = "Viridis"
+__all__ = [
+    "DEFAULT_MAX_COLS",
+    "MASKED_COLOR",
+    "WEIGHT_TOLERANCE",
+    "as_array",
+    "as_list",
+    "as_weights",
+    "attention_heatmaps",
+    "check_title",
+    "example_labels",
+    "heatmap_parts",
+    "masked_keys",
+]
+
+_COLORSCALE = "Viridis"
 MASKED_COLOR = "#c8c8c8"  # grey: not on the viridis scale, so never confused with a weight
 WEIGHT_TOLERANCE = 1e-5
 DEFAULT_MAX_COLS = 4
-NARROW_MAX_COLS = 2  # panels side by side on a phone
+_NARROW_MAX_COLS = 2  # panels side by side on a phone
 # Plotting width the panels share, in pixels: the book's text column on a laptop (about 730 px
 # minus the margins) and on a phone (390 px minus the page's and the figure's margins).
-WIDE_PLOT_PX = 580
-NARROW_PLOT_PX = 250
-CHAR_PX = 7  # width of one tick-label character (12 px font)
-LINE_PX = 15  # height of one tick label
+_WIDE_PLOT_PX = 580
+_NARROW_PLOT_PX = 250
+_CHAR_PX = 7  # width of one tick-label character (12 px font)
+_LINE_PX = 15  # height of one tick label
 # A hidden slot (room for more heads) keeps plotly's default domain; it draws nothing because
 # the plot background is transparent and each shown panel gets its own grey rectangle.
-HIDDEN_DOMAIN = (0.0, 1.0)
+_HIDDEN_DOMAIN = (0.0, 1.0)
+
+
+def as_array(values: object, name: str) -> np.ndarray:
+    """``values`` (a tensor, an array or nested lists of numbers) as a float64 numpy array.
+
+    Raises:
+        ValueError: naming ``name``: a tensor on the meta device (it holds no numbers), or
+            values that are not numbers.
+    """
+    if isinstance(values, torch.Tensor):
+        if values.device.type == "meta":
+            raise ValueError(f"{name} must hold numbers, got a tensor on the meta device")
+        if values.is_complex():
+            raise ValueError(f"{name} must hold real numbers, got dtype {values.dtype}")
+        values = values.detach().cpu().double().numpy()
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a tensor or array of numbers: {err}") from None
+
+
+def as_list(values: object, name: str) -> object:
+    """A tensor's ``tolist()`` (a ValueError naming ``name`` on the meta device); else ``values``."""
+    if isinstance(values, torch.Tensor):
+        if values.device.type == "meta":
+            raise ValueError(f"{name} must hold numbers, got a tensor on the meta device")
+        return values.tolist()
+    return values
+
+
+def check_title(title: object, name: str = "title") -> str | None:
+    """Return ``title`` if it is a string or None, else raise a ValueError naming ``name``."""
+    if title is not None and not isinstance(title, str):
+        raise ValueError(f"{name} must be a string or None, got {type(title).__name__}")
+    return title
 
 
 def as_weights(weights: object) -> np.ndarray:
@@ -60,12 +109,7 @@ def as_weights(weights: object) -> np.ndarray:
         ValueError: not numeric, wrong number of dimensions, an empty axis, or an entry that is
             not finite or outside [0, 1].
     """
-    if isinstance(weights, torch.Tensor):
-        weights = weights.detach().cpu().double().numpy()
-    try:
-        array = np.asarray(weights, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"weights must be a tensor or array of numbers: {err}") from None
+    array = as_array(weights, "weights")
     if array.ndim not in (3, 4):
         raise ValueError(
             "weights must have shape (H, Lq, Lk) or (B, H, Lq, Lk), "
@@ -92,6 +136,7 @@ def masked_keys(valid_lens: object, batch_size: int, num_queries: int, num_keys:
     """
     if valid_lens is None:
         return None
+    valid_lens = as_list(valid_lens, "valid_lens")
     if isinstance(valid_lens, numbers.Integral) and not isinstance(valid_lens, bool):
         valid_lens = [valid_lens]  # one example: int -> (1,)
     lens = check_valid_lens(valid_lens, batch_size, num_queries, num_keys)
@@ -99,7 +144,7 @@ def masked_keys(valid_lens: object, batch_size: int, num_queries: int, num_keys:
     return keep_to_padding(keep).numpy()
 
 
-def masked_cells(keep: object, shape: tuple[int, ...]) -> np.ndarray:
+def _masked_cells(keep: object, shape: tuple[int, ...]) -> np.ndarray:
     """Which cells a boolean keep mask hides: bool array of ``shape``, ``True`` = masked.
 
     Args:
@@ -110,6 +155,8 @@ def masked_cells(keep: object, shape: tuple[int, ...]) -> np.ndarray:
         ValueError: keep not boolean or not broadcastable to ``shape``.
     """
     if isinstance(keep, torch.Tensor):
+        if keep.device.type == "meta":
+            raise ValueError("keep must hold booleans, got a tensor on the meta device")
         if keep.dtype != torch.bool:
             raise ValueError(f"keep must be a boolean tensor (True = may attend), got {keep.dtype}")
         keep = keep.detach().cpu().numpy()
@@ -130,7 +177,7 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
         return False
 
 
-def weight_text(weight: float) -> str:
+def _weight_text(weight: float) -> str:
     """Hover text of one cell: its weight, or "masked" for NaN (a masked key)."""
     return "masked" if np.isnan(weight) else f"weight {weight:.3f}"
 
@@ -165,7 +212,7 @@ def example_labels(labels: object, batch_size: int, length: int, name: str):
     return tuple(out)
 
 
-def example_titles_or_default(titles: object, batch_size: int) -> tuple[str, ...]:
+def _example_titles_or_default(titles: object, batch_size: int) -> tuple[str, ...]:
     """B panel-title prefixes: ``titles`` checked, or "example b" (None)."""
     if titles is None:
         return tuple(f"example {b}" for b in range(batch_size))
@@ -177,7 +224,7 @@ def example_titles_or_default(titles: object, batch_size: int) -> tuple[str, ...
     return tuple(titles)
 
 
-def tick_step(num_ticks: int, room_px: float, tick_px: float) -> int:
+def _tick_step(num_ticks: int, room_px: float, tick_px: float) -> int:
     """Label every ``step``-th tick so that ``num_ticks`` labels of ``tick_px`` fit ``room_px``."""
     return max(1, math.ceil(num_ticks * tick_px / max(room_px, 1.0)))
 
@@ -203,9 +250,9 @@ def _categories(ticks: Sequence[str], labelled: bool) -> list[str]:
     return [f"{i}: {t}" for i, t in enumerate(ticks)] if labelled else list(ticks)
 
 
-def panel_text(z: np.ndarray) -> list[list[str]]:
+def _panel_text(z: np.ndarray) -> list[list[str]]:
     """Hover texts of one panel, (Lq, Lk) weights with NaN for masked keys."""
-    return [[weight_text(w) for w in row] for row in z]
+    return [[_weight_text(w) for w in row] for row in z]
 
 
 def heatmap_parts(
@@ -230,7 +277,7 @@ def heatmap_parts(
     Shapes:
         weights: (B, H, Lq, Lk), as returned by :func:`as_weights`.
         masked: None, (B, Lq, Lk) bool (the same for every head), as returned by
-            :func:`masked_keys`, or (B, H, Lq, Lk) bool, as from :func:`masked_cells`.
+            :func:`masked_keys`, or (B, H, Lq, Lk) bool, as from :func:`_masked_cells`.
 
     Args:
         query_labels, key_labels: see :func:`example_labels`.
@@ -238,23 +285,24 @@ def heatmap_parts(
             "example b"; with one example and no names the titles say only "head h").
         num_slots: heads the figure has room for (default H).
         masked_note: show the "grey = masked" note (default: when something is masked).
-        narrow: the layout for a phone (at most :data:`NARROW_MAX_COLS` smaller panels side by
+        narrow: the layout for a phone (at most :data:`_NARROW_MAX_COLS` smaller panels side by
             side, smaller margins and fonts); the traces are the same either way.
 
     Returns:
         ``(traces, layout)`` to pass to ``go.Figure(data=..., layout=...)`` or to update with.
     """
     B, H, Lq, Lk = weights.shape
+    check_title(title)
     num_slots = H if num_slots is None else num_slots
     if num_slots < H:
         raise ValueError(f"num_slots must be >= the number of heads {H}, got {num_slots}")
-    names = example_titles_or_default(example_titles, B)
+    names = _example_titles_or_default(example_titles, B)
     query_ticks = example_labels(query_labels, B, Lq, "query_labels")
     key_ticks = example_labels(key_labels, B, Lk, "key_labels")
     if narrow:
-        max_cols = min(max_cols, NARROW_MAX_COLS)
+        max_cols = min(max_cols, _NARROW_MAX_COLS)
     panel_px = NARROW_PANEL_PX if narrow else PANEL_PX
-    plot_px = NARROW_PLOT_PX if narrow else WIDE_PLOT_PX
+    plot_px = _NARROW_PLOT_PX if narrow else _WIDE_PLOT_PX
     cols = min(H, max_cols)
     panel_width_px = plot_px * (1 - 0.08 * (cols - 1)) / cols
     shown = {(p.example, p.head): p for p in panels(B, H, max_cols, panel_px)}
@@ -265,9 +313,9 @@ def heatmap_parts(
     for b in range(B):
         queries = _categories(query_ticks[b], query_labels is not None)
         keys = _categories(key_ticks[b], key_labels is not None)
-        widest = max(len(t) for t in key_ticks[b]) * CHAR_PX + 6
-        x_step = tick_step(Lk, panel_width_px, widest)
-        y_step = tick_step(Lq, panel_px, LINE_PX)
+        widest = max(len(t) for t in key_ticks[b]) * _CHAR_PX + 6
+        x_step = _tick_step(Lk, panel_width_px, widest)
+        y_step = _tick_step(Lq, panel_px, _LINE_PX)
         z = weights[b].copy()  # (H, Lq, Lk)
         if masked is not None:
             # (Lq, Lk) -> (H, Lq, Lk): a per-example mask is the same for every head
@@ -291,12 +339,12 @@ def heatmap_parts(
                 "x": keys,
                 "y": queries,
                 "z": z[h].tolist() if panel else None,
-                "text": panel_text(z[h]) if panel else None,
+                "text": _panel_text(z[h]) if panel else None,
             })
-            layout["xaxis" + x[1:]] = _axis("key", panel.x_domain if panel else HIDDEN_DOMAIN, y,
+            layout["xaxis" + x[1:]] = _axis("key", panel.x_domain if panel else _HIDDEN_DOMAIN, y,
                                             panel is not None, keys, key_ticks[b], x_step)
             first_column = panel is None or panel.x_domain[0] == 0  # "query" once per row
-            yaxis = _axis("query" if first_column else "", panel.y_domain if panel else HIDDEN_DOMAIN,
+            yaxis = _axis("query" if first_column else "", panel.y_domain if panel else _HIDDEN_DOMAIN,
                           x, panel is not None, queries, query_ticks[b], y_step)
             layout["yaxis" + y[1:]] = {**yaxis, "autorange": "reversed"}
             if panel is not None:
@@ -326,7 +374,7 @@ def heatmap_parts(
         annotations=annotations,
         shapes=shapes,
         coloraxis={
-            "colorscale": COLORSCALE, "cmin": 0.0, "cmax": 1.0,
+            "colorscale": _COLORSCALE, "cmin": 0.0, "cmax": 1.0,
             "colorbar": {"title": {"text": "weight", "side": "right"}, "len": 0.6, "y": 0.5,
                          "yanchor": "middle", "x": 1.02, "thickness": 10 if narrow else 14,
                          "lenmode": "fraction"},
@@ -358,12 +406,12 @@ def _wrap(text: str, width: int) -> str:
     return "<br>".join([*lines, line])
 
 
-def layout_overrides(wide: dict, narrow: dict) -> dict:
+def _layout_overrides(wide: dict, narrow: dict) -> dict:
     """The top-level layout entries of ``narrow`` that differ from ``wide`` (for ``meta.narrow``)."""
     return {k: v for k, v in narrow.items() if wide.get(k) != v}
 
 
-def describe_heatmaps(B: int, H: int, Lq: int, Lk: int, masked: bool, title: str | None) -> str:
+def _describe_heatmaps(B: int, H: int, Lq: int, Lk: int, masked: bool, title: str | None) -> str:
     """A text alternative for a grid of attention heatmaps."""
     what = f"{title}: " if title else ""
     grid = f"{B} example{'s' if B > 1 else ''} by {H} head{'s' if H > 1 else ''}"
@@ -419,14 +467,15 @@ def attention_heatmaps(
             both ``valid_lens`` and ``keep``, weights that are not 0 where the mask hides a
             key, bad ``example_titles``, or ``max_cols`` < 1.
     """
-    shape = np.shape(weights) if not isinstance(weights, torch.Tensor) else tuple(weights.shape)
-    array = as_weights(weights)
+    raw = as_array(weights, "weights")
+    shape = raw.shape  # (H, Lq, Lk) or (B, H, Lq, Lk): what a keep mask broadcasts to
+    array = as_weights(raw)
     B, H, Lq, Lk = array.shape
     max_cols = check_positive_int(max_cols, "max_cols")
     if valid_lens is not None and keep is not None:
         raise ValueError("pass the mask once: valid_lens or keep, not both")
     if keep is not None:
-        masked = masked_cells(keep, shape).reshape(array.shape)  # (H, Lq, Lk) -> (B, H, Lq, Lk)
+        masked = _masked_cells(keep, shape).reshape(array.shape)  # (H, Lq, Lk) -> (B, H, Lq, Lk)
         source = "keep"
     else:
         masked = masked_keys(valid_lens, B, Lq, Lk)  # (B, Lq, Lk)
@@ -441,8 +490,8 @@ def attention_heatmaps(
     traces, layout = heatmap_parts(array, masked, **options)
     _, narrow = heatmap_parts(array, masked, narrow=True, **options)
     layout["meta"] = {
-        "description": describe_heatmaps(B, H, Lq, Lk, masked is not None and bool(masked.any()),
+        "description": _describe_heatmaps(B, H, Lq, Lk, masked is not None and bool(masked.any()),
                                          title),
-        "narrow": layout_overrides(layout, narrow),
+        "narrow": _layout_overrides(layout, narrow),
     }
     return go.Figure(data=traces, layout=layout)

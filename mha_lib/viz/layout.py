@@ -15,17 +15,26 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+__all__ = [
+    "MARGIN_BOTTOM_PX",
+    "MARGIN_TOP_PX",
+    "NARROW_PANEL_PX",
+    "PANEL_PX",
+    "axis_names",
+    "figure_height",
+    "panels",
+]
+
 PANEL_PX = 170  # height of one panel's plotting area, in pixels
 NARROW_PANEL_PX = 120  # the same on a phone (see mha_lib.viz.heatmaps.heatmap_parts(narrow=True))
-TITLE_PX = 24  # room above each panel for its "head h" title
-AXIS_PX = 52  # room below each panel for its tick labels and "key" axis title
-ROW_PX = TITLE_PX + PANEL_PX + AXIS_PX
+_TITLE_PX = 24  # room above each panel for its "head h" title
+_AXIS_PX = 52  # room below each panel for its tick labels and "key" axis title
 MARGIN_TOP_PX = 60
 MARGIN_BOTTOM_PX = 10
 
 
 @dataclass(frozen=True)
-class Panel:
+class _Panel:
     """One heatmap's place: which example and head it shows, and its axis domains."""
 
     example: int
@@ -40,22 +49,22 @@ def axis_names(slot: int) -> tuple[str, str]:
     return "x" + suffix, "y" + suffix
 
 
-def grid_shape(num_heads: int, max_cols: int) -> tuple[int, int]:
+def _grid_shape(num_heads: int, max_cols: int) -> tuple[int, int]:
     """(rows per example, columns): the heads of one example wrap after ``max_cols`` panels."""
     cols = min(num_heads, max_cols)
     return math.ceil(num_heads / cols), cols
 
 
 def panels(num_examples: int, num_heads: int, max_cols: int,
-           panel_px: int = PANEL_PX) -> list[Panel]:
+           panel_px: int = PANEL_PX) -> list[_Panel]:
     """The panels of a B x H grid, example-major (panel ``b*H + h`` is head ``h`` of example ``b``).
 
     Examples are stacked top to bottom; the heads of one example run left to right and wrap
     onto further rows after ``max_cols`` columns.
     """
-    rows_per_example, cols = grid_shape(num_heads, max_cols)
+    rows_per_example, cols = _grid_shape(num_heads, max_cols)
     rows = num_examples * rows_per_example
-    row_px = TITLE_PX + panel_px + AXIS_PX
+    row_px = _TITLE_PX + panel_px + _AXIS_PX
     total_px = rows * row_px
     x_gap = 0.08 if cols > 1 else 0.0
     width = (1 - x_gap * (cols - 1)) / cols
@@ -65,9 +74,9 @@ def panels(num_examples: int, num_heads: int, max_cols: int,
             row = b * rows_per_example + h // cols
             col = h % cols
             x0 = col * (width + x_gap)
-            top = 1 - (row * row_px + TITLE_PX) / total_px
-            bottom = 1 - ((row + 1) * row_px - AXIS_PX) / total_px
-            out.append(Panel(b, h, (round(x0, 6), round(x0 + width, 6)),
+            top = 1 - (row * row_px + _TITLE_PX) / total_px
+            bottom = 1 - ((row + 1) * row_px - _AXIS_PX) / total_px
+            out.append(_Panel(b, h, (round(x0, 6), round(x0 + width, 6)),
                              (round(max(bottom, 0.0), 6), round(top, 6))))
     return out
 
@@ -75,6 +84,6 @@ def panels(num_examples: int, num_heads: int, max_cols: int,
 def figure_height(num_examples: int, num_heads: int, max_cols: int,
                   panel_px: int = PANEL_PX) -> int:
     """Pixel height of the figure that holds the B x H panels."""
-    rows_per_example, _ = grid_shape(num_heads, max_cols)
+    rows_per_example, _ = _grid_shape(num_heads, max_cols)
     rows = num_examples * rows_per_example
-    return rows * (TITLE_PX + panel_px + AXIS_PX) + MARGIN_TOP_PX + MARGIN_BOTTOM_PX
+    return rows * (_TITLE_PX + panel_px + _AXIS_PX) + MARGIN_TOP_PX + MARGIN_BOTTOM_PX

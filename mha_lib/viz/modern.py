@@ -7,6 +7,7 @@ Shape legend
     Lq   number of queries
     Lk   number of key-value pairs
     L    sequence length
+    D    model width
 
 Lines use the Okabe-Ito palette and heatmaps the viridis scale (both colour-blind safe); no
 figure sets a width, so each fits a 390 px phone screen.
@@ -14,16 +15,19 @@ figure sets a width, so each fits a 390 px phone screen.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mha_lib._checks import check_positive_int, check_positive_number, check_sequence, check_size
+from mha_lib.bench._checks import check_instance, check_lengths, check_peak_rows
+from mha_lib.bench.modern import step_flops
+from mha_lib.flash import OnlineSoftmaxState
 from mha_lib.gqa import kv_head_of
 from mha_lib.viz.heatmaps import attention_heatmaps
 
 __all__ = [
-    "OKABE_ITO",
     "decoding_time_figure",
     "gqa_heatmaps",
     "kv_sharing_figure",
@@ -32,7 +36,7 @@ __all__ = [
     "step_cost_figure",
 ]
 
-OKABE_ITO = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
+_OKABE_ITO = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
 _MARGIN = dict(l=60, r=10, t=50, b=50)
 
 
@@ -51,14 +55,20 @@ def step_cost_figure(max_position: int, D: int) -> go.Figure:
     """FLOPs of decoding step t through one layer of width D, with and without a KV cache.
 
     With the cache, step t costs ``8 D^2 + 4 (t + 1) D`` (linear in t); recomputing the prefix
-    costs ``8 (t + 1) D^2 + 4 (t + 1)^2 D`` (quadratic in t).
+    costs ``8 (t + 1) D^2 + 4 (t + 1)^2 D`` (quadratic in t); see
+    :func:`mha_lib.bench.modern.step_flops`.
+
+    Args:
+        max_position: the steps drawn, t = 0 .. max_position - 1.
+        D: the model width.
     """
-    ts = list(range(max_position))
-    cached = [8 * D * D + 4 * (t + 1) * D for t in ts]
-    recompute = [8 * (t + 1) * D * D + 4 * (t + 1) ** 2 * D for t in ts]
+    ts = list(range(check_positive_int(max_position, "max_position")))
+    check_positive_int(D, "D")
+    cached = [step_flops(t, D, cached=True) for t in ts]
+    recompute = [step_flops(t, D, cached=False) for t in ts]
     fig = go.Figure()
-    for name, y, color in (("with KV cache", cached, OKABE_ITO[0]),
-                           ("recompute the prefix", recompute, OKABE_ITO[1])):
+    for name, y, color in (("with KV cache", cached, _OKABE_ITO[0]),
+                           ("recompute the prefix", recompute, _OKABE_ITO[1])):
         fig.add_scatter(x=ts, y=y, name=name, mode="lines", line=dict(color=color, width=3))
     fig.update_layout(
         title=f"Cost of one decoding step (D = {D})", height=380, margin=_MARGIN,
@@ -69,16 +79,38 @@ def step_cost_figure(max_position: int, D: int) -> go.Figure:
 
 
 def decoding_time_figure(lengths: Sequence[int], seconds: Mapping[str, Sequence[float]]) -> go.Figure:
-    """Measured seconds to decode L tokens, one line per method, on log-log axes."""
+    """Measured seconds to decode L tokens, one line per method, on log-log axes.
+
+    Args:
+        lengths: the numbers of tokens decoded L.
+        seconds: per method, one time per length (e.g. the ``seconds`` of the rows of
+            :func:`mha_lib.bench.modern.decoding_table`).
+    """
+    lengths = check_lengths(lengths)
+    if not isinstance(seconds, Mapping) or not seconds:
+        raise ValueError(f"seconds must be a non-empty mapping of methods to times, got {seconds!r}")
+    seconds = {
+        name: check_sequence(ys, f"seconds[{name!r}]", "times in seconds", check_positive_number)
+        for name, ys in seconds.items()
+    }
+    for name, ys in seconds.items():
+        if len(ys) != len(lengths):
+            raise ValueError(f"seconds[{name!r}] must hold one time per length ({len(lengths)}), "
+                             f"got {len(ys)}")
     fig = _loglog("Time to decode L tokens (measured)", "tokens decoded L", "seconds", lengths)
     for i, (name, ys) in enumerate(seconds.items()):
         fig.add_scatter(x=list(lengths), y=list(ys), name=name, mode="lines+markers",
-                        line=dict(color=OKABE_ITO[i % len(OKABE_ITO)], width=3))
+                        line=dict(color=_OKABE_ITO[i % len(_OKABE_ITO)], width=3))
     return fig
 
 
 def kv_sharing_figure(num_heads: int, num_kv_heads: int) -> go.Figure:
-    """Which key/value head each query head reads: query heads on y, K/V heads on x."""
+    """Which key/value head each query head reads: query heads on y, K/V heads on x.
+
+    Raises:
+        ValueError: unless ``num_heads`` and ``num_kv_heads`` are integers >= 1 and
+            ``num_kv_heads`` divides ``num_heads``.
+    """
     owner = kv_head_of(num_heads, num_kv_heads)
     z = [[1.0 if owner[h] == j else 0.0 for j in range(num_kv_heads)] for h in range(num_heads)]
     fig = go.Figure(go.Heatmap(
@@ -119,10 +151,16 @@ def online_softmax_figure(steps, *, query: int = 0, feature: int = 0) -> go.Figu
     """Running max, running sum and output of one query as blocks of keys arrive.
 
     Args:
-        steps: the states of :func:`mha_lib.flash.tiled_attention_steps` (example 0).
+        steps: the states of :func:`mha_lib.flash.tiled_attention_steps` (example 0 is drawn).
         query: which query to follow.
         feature: which output feature to draw.
     """
+    steps = check_sequence(steps, "steps", "OnlineSoftmaxState",
+                           check_instance(OnlineSoftmaxState, "state of tiled_attention_steps"))
+    _, Lq, dv = steps[0].accumulator.shape  # (B, Lq, dv)
+    for value, name, size in ((query, "query", Lq), (feature, "feature", dv)):
+        if check_size(value, name) >= size:
+            raise ValueError(f"{name} must be below {size}, got {value}")
     seen = [s.keys_seen for s in steps]
     series = (
         ("running max m", [float(s.running_max[0, query]) for s in steps]),
@@ -131,7 +169,7 @@ def online_softmax_figure(steps, *, query: int = 0, feature: int = 0) -> go.Figu
     )
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=[name for name, _ in series])
-    for row, ((name, ys), color) in enumerate(zip(series, OKABE_ITO), start=1):
+    for row, ((name, ys), color) in enumerate(zip(series, _OKABE_ITO), start=1):
         fig.add_scatter(x=seen, y=ys, name=name, mode="lines+markers", row=row, col=1,
                         line=dict(color=color, width=3, shape="hv"), showlegend=False)
         fig.add_hline(y=ys[-1], line=dict(color="#666", dash="dot"), row=row, col=1)
@@ -142,10 +180,12 @@ def online_softmax_figure(steps, *, query: int = 0, feature: int = 0) -> go.Figu
 
 
 def peak_memory_figure(rows: Sequence[Mapping]) -> go.Figure:
-    """Peak bytes against L for each contender (rows of ``bench_modern.flash_memory_table``)."""
+    """Peak bytes against L for each contender (rows of
+    :func:`mha_lib.bench.modern.flash_memory_table`)."""
+    rows = check_peak_rows(rows)
     Ls = [r["L"] for r in rows]
     fig = _loglog("Peak memory of attention (torch.profiler)", "sequence length L", "peak MiB", Ls)
     for i, name in enumerate(rows[0]["peak"]):
         fig.add_scatter(x=Ls, y=[r["peak"][name] / 2**20 for r in rows], name=name,
-                        mode="lines+markers", line=dict(color=OKABE_ITO[i], width=3))
+                        mode="lines+markers", line=dict(color=_OKABE_ITO[i % len(_OKABE_ITO)], width=3))
     return fig

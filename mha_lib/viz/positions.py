@@ -11,16 +11,22 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-import torch
 
-OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
-MARGIN = {"t": 50, "b": 50, "l": 60, "r": 20}
+from mha_lib._checks import check_bool
+from mha_lib.viz.heatmaps import as_array, check_title
+
+__all__ = ["depth_lines_figure", "position_scores_figure", "position_table_figure"]
+
+_OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
+_MARGIN = {"t": 50, "b": 50, "l": 60, "r": 20}
 
 
 def _matrix(values: object, name: str) -> np.ndarray:
-    array = values.detach().cpu().double().numpy() if isinstance(values, torch.Tensor) else np.asarray(values, dtype=float)
-    if array.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D table, got shape {array.shape}")
+    array = as_array(values, name)
+    if array.ndim != 2 or 0 in array.shape:
+        raise ValueError(f"{name} must be a 2-D table, not empty, got shape {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name} must be finite, got NaN or infinity")
     return array
 
 
@@ -31,7 +37,7 @@ def _heatmap(z: np.ndarray, x_title: str, y_title: str, colorscale: str, colorba
         colorbar={"title": {"text": colorbar, "side": "right"}, "thickness": 12, "len": 0.8},
     ))
     fig.update_layout(
-        title={"text": title} if title else None, height=380, margin=MARGIN,
+        title={"text": title} if title else None, height=380, margin=_MARGIN,
         xaxis={"title": {"text": x_title}}, yaxis={"title": {"text": y_title}, "autorange": "reversed"},
     )
     return fig
@@ -44,6 +50,7 @@ def position_table_figure(table: object, title: str | None = None) -> go.Figure:
         table: (L, D), e.g. :func:`mha_lib.positions.sinusoidal`.
     """
     z = _matrix(table, "table")
+    check_title(title)
     fig = _heatmap(z, "dimension", "position", "Cividis", "value", title,
                    "position %{y}<br>dimension %{x}<br>%{z:.3f}")
     fig.data[0].update(zmin=-1.0, zmax=1.0)
@@ -57,6 +64,7 @@ def position_scores_figure(scores: object, title: str | None = None) -> go.Figur
         scores: (Lq, Lk), ``scores[m, n]`` the score of a query at m and a key at n.
     """
     z = _matrix(scores, "scores")
+    check_title(title)
     return _heatmap(z, "key position n", "query position m", "Viridis", "score", title,
                     "query at m = %{y}<br>key at n = %{x}<br>score %{z:.3f}")
 
@@ -70,17 +78,24 @@ def depth_lines_figure(lines: Mapping[str, Sequence[float]], y_title: str,
         y_title: what the values are.
         log_y: logarithmic y axis.
     """
-    if not lines:
-        raise ValueError("lines must name at least one series, got none")
+    if not isinstance(lines, Mapping) or not lines:
+        raise ValueError(f"lines must map at least one name to its values, got {lines!r}")
+    check_title(y_title, "y_title")
+    check_title(title)
+    check_bool(log_y, "log_y")
     fig = go.Figure()
     for i, (name, values) in enumerate(lines.items()):
-        values = [float(v) for v in values]
+        values = as_array(values, f"lines[{name!r}]")
+        if values.ndim != 1 or not np.isfinite(values).all() or (log_y and (values <= 0).any()):
+            raise ValueError(f"lines[{name!r}] must be finite numbers, one per depth"
+                             f"{' (> 0: log_y)' if log_y else ''}, got {values.tolist()!r}")
+        values = values.tolist()
         fig.add_trace(go.Scatter(
             x=list(range(len(values))), y=values, name=name, mode="lines+markers",
-            line={"color": OKABE_ITO[i % len(OKABE_ITO)], "dash": ("solid", "dash", "dot")[i % 3]},
+            line={"color": _OKABE_ITO[i % len(_OKABE_ITO)], "dash": ("solid", "dash", "dot")[i % 3]},
         ))
     fig.update_layout(
-        title={"text": title} if title else None, height=360, margin=MARGIN,
+        title={"text": title} if title else None, height=360, margin=_MARGIN,
         xaxis={"title": {"text": "depth (blocks applied)"}},
         yaxis={"title": {"text": y_title}, "type": "log" if log_y else "linear"},
         legend={"x": 0.02, "y": 0.98, "xanchor": "left", "yanchor": "top",

@@ -9,11 +9,12 @@ Shape legend
     Lq  number of queries
     Lk  number of key-value pairs
     H   number of heads
-    D   num_hiddens = H*d
+    D   the model width d_model = H*d
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,16 +26,19 @@ from torch import Tensor
 from mha_lib._checks import check_positive_int, check_tensor
 from mha_lib._modes import eval_mode
 from mha_lib.attention import check_qkv
+from mha_lib.masking import check_valid_lens
 from mha_lib.multihead import MultiHeadAttention
-from mha_lib.viz.heatmaps import as_weights, example_labels, heatmap_parts, masked_keys
+from mha_lib.viz.heatmaps import as_list, as_weights, example_labels, heatmap_parts, masked_keys
 
-DEFAULT_SENTENCES = ("the cat sat on the mat", "dogs chase the cat")
-PAD = "<pad>"
-DEFAULT_NUM_HIDDENS = 8
+__all__ = ["Source", "attention_weights", "make_source", "seeded_model", "sentence_scene"]
+
+_DEFAULT_SENTENCES = ("the cat sat on the mat", "dogs chase the cat")
+_PAD = "<pad>"
+_DEFAULT_D_MODEL = 8
 
 
 @dataclass(frozen=True)
-class Scene:
+class _Scene:
     """Inputs of an explorer: queries, keys, values and their labels.
 
     Shapes:
@@ -61,7 +65,7 @@ class Scene:
         return self.keys.shape[1]
 
 
-def make_scene(
+def _make_scene(
     queries: Tensor,
     keys: Tensor | None = None,
     values: Tensor | None = None,
@@ -70,7 +74,7 @@ def make_scene(
     query_tokens: object = None,
     key_tokens: object = None,
     valid_lens: object = None,
-) -> Scene:
+) -> _Scene:
     """Check explorer inputs and bundle them; keys and values default to the queries (self-attention).
 
     Args:
@@ -87,6 +91,8 @@ def make_scene(
     values = keys if values is None else values
     check_qkv(queries, keys, values)
     for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        if x.device.type == "meta":
+            raise ValueError(f"{name} must hold numbers, got a tensor on the meta device")
         if (x.dtype, x.device) != (queries.dtype, queries.device):
             raise ValueError(
                 f"{name} must have the dtype and device of the queries ({queries.dtype} on "
@@ -99,14 +105,13 @@ def make_scene(
     key_tokens = tokens if key_tokens is None else key_tokens
     if valid_lens is None:
         valid_lens = [Lk] * B
-    if isinstance(valid_lens, Tensor):
-        valid_lens = valid_lens.tolist()
+    valid_lens = as_list(valid_lens, "valid_lens")
     if (isinstance(valid_lens, str) or not isinstance(valid_lens, Sequence)
             or len(valid_lens) != B
             or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= Lk
                        for v in valid_lens)):
         raise ValueError(f"valid_lens must be {B} integers in [0, {Lk}] (one per example), got {valid_lens!r}")
-    return Scene(
+    return _Scene(
         queries=queries.detach(), keys=keys.detach(), values=values.detach(),
         query_tokens=example_labels(query_tokens, B, Lq, "query_tokens"),
         key_tokens=example_labels(key_tokens, B, Lk, "key_tokens"),
@@ -115,12 +120,12 @@ def make_scene(
 
 
 def sentence_scene(
-    sentences: Sequence[str] = DEFAULT_SENTENCES,
+    sentences: Sequence[str] = _DEFAULT_SENTENCES,
     *,
-    num_features: int = DEFAULT_NUM_HIDDENS,
+    num_features: int = _DEFAULT_D_MODEL,
     seed: int = 0,
     scale: float = 3.0,
-) -> Scene:
+) -> _Scene:
     """Self-attention over a few short sentences with random word vectors (no training, no data).
 
     Each distinct word gets one random vector (seeded), so a repeated word ("the") has identical
@@ -129,13 +134,17 @@ def sentence_scene(
     vectors: larger inputs give larger scores and so sharper attention.
 
     Returns:
-        A :class:`Scene` with B = len(sentences) and Lq = Lk = the longest sentence's length.
+        A :class:`_Scene` with B = len(sentences) and Lq = Lk = the longest sentence's length.
     """
     if isinstance(sentences, str) or not sentences or not all(
         isinstance(s, str) and s.split() for s in sentences
     ):
         raise ValueError(f"sentences must be a non-empty list of non-empty strings, got {sentences!r}")
     num_features = check_positive_int(num_features, "num_features")
+    seed = _check_seed(seed)
+    if (isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale)
+            or scale <= 0):
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
     words = [s.split() for s in sentences]
     L = max(map(len, words))
     vocab = sorted({w for ws in words for w in ws})
@@ -145,29 +154,52 @@ def sentence_scene(
     for b, ws in enumerate(words):
         for t, w in enumerate(ws):
             X[b, t] = table[vocab.index(w)]
-    tokens = [ws + [PAD] * (L - len(ws)) for ws in words]
-    return make_scene(X, tokens=tokens, valid_lens=[len(ws) for ws in words])
+    tokens = [ws + [_PAD] * (L - len(ws)) for ws in words]
+    return _make_scene(X, tokens=tokens, valid_lens=[len(ws) for ws in words])
 
 
-def seeded_model(scene: Scene, num_heads: int, num_hiddens: int, seed: int) -> MultiHeadAttention:
+def seeded_model(scene: _Scene, num_heads: int, d_model: int, seed: int) -> MultiHeadAttention:
     """A fresh (untrained) MultiHeadAttention for ``scene``, its parameters drawn from ``seed``.
 
     The model has the dtype and device of the scene's queries. The global random state is
-    left untouched. For a fixed seed and num_hiddens the four
-    projection matrices do not depend on ``num_heads`` (they are D x D either way): changing
-    the head count only changes how the same projections are split into heads.
+    left untouched. For a fixed seed and ``d_model`` (D) the four projection matrices do not
+    depend on ``num_heads`` (they are D x D either way): changing the head count only changes
+    how the same projections are split into heads.
+
+    Args:
+        scene: from :func:`sentence_scene` (or an explorer's ``source.scene``).
+        num_heads: H, a divisor of ``d_model``.
+        d_model: D, the width of the projections.
+        seed: integer >= 0.
+
+    Raises:
+        ValueError: a ``scene`` that is not one, ``num_heads`` or ``d_model`` not integers >= 1,
+            ``num_heads`` not dividing ``d_model``, a seed that is not an integer >= 0.
     """
-    with torch.random.fork_rng(devices=[]), single_thread():
+    _check_scene(scene)
+    num_heads = check_positive_int(num_heads, "num_heads")
+    d_model = check_positive_int(d_model, "d_model")
+    if d_model % num_heads:
+        raise ValueError(f"num_heads must divide d_model = {d_model}, got {num_heads}")
+    seed = _check_seed(seed)
+    with torch.random.fork_rng(devices=[]), _single_thread():
         torch.manual_seed(seed)
+        # key_size, query_size, value_size, D, H, dropout: positional (d2l's order)
         return MultiHeadAttention(
-            key_size=scene.keys.shape[-1], query_size=scene.queries.shape[-1],
-            value_size=scene.values.shape[-1], num_hiddens=num_hiddens,
-            num_heads=num_heads, dropout=0.0,
+            scene.keys.shape[-1], scene.queries.shape[-1], scene.values.shape[-1], d_model,
+            num_heads, 0.0,
         ).to(dtype=scene.queries.dtype, device=scene.queries.device).eval()
 
 
+def _check_scene(scene: object) -> _Scene:
+    if not isinstance(scene, _Scene):
+        raise ValueError("scene must come from sentence_scene (or an explorer's source.scene), "
+                         f"got {type(scene).__name__}")
+    return scene
+
+
 @contextmanager
-def single_thread():
+def _single_thread():
     """Run torch on one thread inside the block, then restore the thread count.
 
     The explorers' tensors are tiny: waking torch's worker threads costs far more than the
@@ -182,28 +214,37 @@ def single_thread():
         torch.set_num_threads(threads)
 
 
-def attention_weights(mha: MultiHeadAttention, scene: Scene, valid_lens: Sequence[int]) -> Tensor:
+def attention_weights(mha: MultiHeadAttention, scene: _Scene, valid_lens: Sequence[int]) -> Tensor:
     """The per-head attention weights of ``mha`` on ``scene`` with the given valid lengths.
 
     Runs ``mha(queries, keys, values, valid_lens, need_weights=True)`` in eval mode (no dropout)
-    without gradients, on one thread (:func:`single_thread`), and puts the module back in the
+    without gradients, on one thread (:func:`_single_thread`), and puts the module back in the
     mode it was in.
 
     Returns:
         (B, H, Lq, Lk) weights; keys at or past ``valid_lens[b]`` are exactly 0.
+
+    Raises:
+        ValueError: ``mha`` not a MultiHeadAttention, a ``scene`` that is not one, or bad valid
+            lengths (see :func:`mha_lib.masking.check_valid_lens`).
     """
-    with eval_mode(mha), torch.no_grad(), single_thread():
-        _, weights = mha(scene.queries, scene.keys, scene.values,
-                         torch.as_tensor(list(valid_lens)), need_weights=True)
+    if not isinstance(mha, MultiHeadAttention):
+        raise ValueError(f"mha must be a mha_lib.MultiHeadAttention, got {type(mha).__name__}")
+    _check_scene(scene)
+    queries = scene.queries
+    lens = check_valid_lens(as_list(valid_lens, "valid_lens"), queries.shape[0],
+                            queries.shape[1], scene.num_keys)
+    with eval_mode(mha), torch.no_grad(), _single_thread():
+        _, weights = mha(queries, scene.keys, scene.values, lens, need_weights=True)
     return weights
 
 
-def divisors(n: int) -> list[int]:
+def _divisors(n: int) -> list[int]:
     """Head counts that split ``n`` features evenly."""
     return [h for h in range(1, n + 1) if n % h == 0]
 
 
-def check_seed(seed: object) -> int:
+def _check_seed(seed: object) -> int:
     """Return ``seed`` if it is an integer >= 0 (bools excluded), else raise a ValueError."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
@@ -219,9 +260,9 @@ class Source:
     ``seed`` is the explorer's initial seed (of the word vectors and the projections).
     """
 
-    scene: Scene
+    scene: _Scene
     head_choices: tuple[int, ...]
-    num_hiddens: int
+    d_model: int
     fixed: MultiHeadAttention | None = None
     seed: int = 0
     _models: dict = field(default_factory=dict, compare=False, repr=False)
@@ -244,7 +285,7 @@ class Source:
             return self.fixed
         key = (num_heads, seed)
         if key not in self._models:
-            self._models[key] = seeded_model(self.scene, num_heads, self.num_hiddens, seed)
+            self._models[key] = seeded_model(self.scene, num_heads, self.d_model, seed)
         return self._models[key]
 
     def weights(self, num_heads: int, valid_lens: Sequence[int], seed: int | None = None) -> Tensor:
@@ -252,7 +293,7 @@ class Source:
 
         ``seed`` draws the projections of a fresh model (default: :attr:`seed`).
         """
-        seed = self.seed if seed is None else check_seed(seed)
+        seed = self.seed if seed is None else _check_seed(seed)
         return attention_weights(self.model(self.check_heads(num_heads), seed), self.scene,
                                  valid_lens)
 
@@ -275,9 +316,10 @@ class Source:
         scene = self.scene
         array = as_weights(weights)  # (B, H, Lq, Lk)
         B, _, Lq, Lk = array.shape
+        masked = masked_keys(as_list(valid_lens, "valid_lens"), B, Lq, Lk)  # (B, Lq, Lk)
         return heatmap_parts(
-            array, masked_keys(list(valid_lens), B, Lq, Lk), query_labels=scene.query_tokens,
-            key_labels=scene.key_tokens, max_cols=max_cols,
+            array, masked, query_labels=scene.query_tokens,
+            key_labels=scene.key_tokens, max_cols=check_positive_int(max_cols, "max_cols"),
             num_slots=max(self.head_choices) if num_slots is None else num_slots,
             masked_note=True, narrow=narrow,
         )
@@ -293,9 +335,10 @@ def make_source(
     query_tokens: object = None,
     key_tokens: object = None,
     valid_lens: object = None,
-    sentences: Sequence[str] = DEFAULT_SENTENCES,
-    num_hiddens: int = DEFAULT_NUM_HIDDENS,
+    sentences: Sequence[str] = _DEFAULT_SENTENCES,
+    d_model: int = _DEFAULT_D_MODEL,
     seed: int = 0,
+    **unknown: object,
 ) -> Source:
     """Check an explorer's arguments and return its :class:`Source`.
 
@@ -303,9 +346,14 @@ def make_source(
     :func:`mha_lib.viz.static_explorer`, which pass them on here.
 
     Raises:
-        ValueError: see :func:`mha_lib.viz.explore`.
+        ValueError: see :func:`mha_lib.viz.explore`; also for an argument of another name.
     """
-    seed = check_seed(seed)
+    if unknown:
+        known = ("mha", "queries", "keys", "values", "tokens", "query_tokens", "key_tokens",
+                 "valid_lens", "sentences", "d_model", "seed")
+        raise ValueError(f"unexpected argument {sorted(unknown)[0]!r}: the explorer's inputs are "
+                         f"{', '.join(known)}")
+    seed = _check_seed(seed)
     if mha is not None:
         if not isinstance(mha, MultiHeadAttention):
             raise ValueError(f"mha must be a mha_lib.MultiHeadAttention, got {type(mha).__name__}")
@@ -314,16 +362,17 @@ def make_source(
     if queries is None:
         if any(x is not None for x in (keys, values, tokens, query_tokens, key_tokens)):
             raise ValueError("keys, values and tokens need queries: pass queries=... as well")
-        num_hiddens = check_positive_int(num_hiddens, "num_hiddens")
-        scene = sentence_scene(sentences, num_features=num_hiddens, seed=seed)
+        d_model = check_positive_int(d_model, "d_model")
+        scene = sentence_scene(sentences, num_features=d_model, seed=seed)
         if valid_lens is not None:
-            scene = make_scene(scene.queries, tokens=[list(t) for t in scene.query_tokens],
-                               valid_lens=valid_lens)
+            scene = _make_scene(scene.queries, tokens=[list(t) for t in scene.query_tokens],
+                                valid_lens=valid_lens)
     else:
-        scene = make_scene(queries, keys, values, tokens=tokens, query_tokens=query_tokens,
-                           key_tokens=key_tokens, valid_lens=valid_lens)
+        scene = _make_scene(queries, keys, values, tokens=tokens, query_tokens=query_tokens,
+                            key_tokens=key_tokens, valid_lens=valid_lens)
     if mha is not None:
         mha.check_inputs(scene.queries, scene.keys, scene.values)  # sizes, dtype, device
-        return Source(scene, (mha.num_heads,), mha.num_hiddens, fixed=mha, seed=seed)
-    num_hiddens = check_positive_int(num_hiddens, "num_hiddens")
-    return Source(scene, tuple(divisors(num_hiddens)), num_hiddens, seed=seed)
+        D = mha.num_heads * mha.head_size
+        return Source(scene, (mha.num_heads,), D, fixed=mha, seed=seed)
+    d_model = check_positive_int(d_model, "d_model")
+    return Source(scene, tuple(_divisors(d_model)), d_model, seed=seed)

@@ -29,6 +29,8 @@ from mha_lib._checks import check_positive_int
 from mha_lib.viz.heatmaps import DEFAULT_MAX_COLS
 from mha_lib.viz.scene import Source, make_source
 
+__all__ = ["CONTROLS_ID", "DIV_ID", "static_explorer", "static_explorer_html"]
+
 DIV_ID = "mha-static-explorer"
 CONTROLS_ID = DIV_ID + "-controls"
 
@@ -37,7 +39,7 @@ CONTROLS_ID = DIV_ID + "-controls"
 # count's traces holding the stored weights of each example's chosen valid length, and that head
 # count's layout (the phone layout when the figure's box is narrow). The figure's div takes the
 # layout's height each time, so the page below it moves down instead of being covered.
-REDRAW_JS = """
+_REDRAW_JS = """
 (function () {
   var gd = document.getElementById("__DIV__");
   var ex = __STATES__;
@@ -98,7 +100,7 @@ def _state(weights: np.ndarray, valid_len: int, decimals: int) -> list:
     return rounded.tolist()
 
 
-def explorer_states(source: Source, *, seed: int | None = None, decimals: int = 4) -> list:
+def _explorer_states(source: Source, *, seed: int | None = None, decimals: int = 4) -> list:
     """Every state of the static explorer: ``states[i][b][v]`` = head count ``i``, example ``b``,
     valid length ``v``, a (H, Lq, Lk) nested list (masked keys None), rounded to ``decimals``.
 
@@ -130,9 +132,9 @@ def static_explorer(
     The arguments mean what they mean for :func:`mha_lib.viz.explore` (same defaults, same
     weights; ``inputs`` go to :func:`mha_lib.viz.scene.make_source`); ``seed`` is fixed here.
     The figure shows the initial configuration; its controls (a "heads" range input over the
-    head counts dividing num_hiddens, and one "valid length" range input per example) are
+    head counts dividing d_model, and one "valid length" range input per example) are
     native HTML added by :func:`static_explorer_html`. The states live in
-    ``fig.layout.meta["explorer"]``: ``heads``, ``weights`` (see :func:`explorer_states`), per
+    ``fig.layout.meta["explorer"]``: ``heads``, ``weights`` (see :func:`_explorer_states`), per
     head count the ``traces`` (without weights), the ``layouts`` and the phone layouts
     ``narrow_layouts``, ``batch_size``, ``num_keys``, the initial ``valid_lens`` and
     ``heads_index``, and a ``description`` (the figure's text alternative, also
@@ -156,7 +158,7 @@ def static_explorer(
     heads = list(source.head_choices)
     num_heads = source.initial_heads(num_heads)
     lens = list(source.scene.valid_lens)
-    states = explorer_states(source, decimals=decimals)
+    states = _explorer_states(source, decimals=decimals)
     skeletons, layouts, narrow_layouts = [], [], []
     for i, H in enumerate(heads):
         weights = source.weights(H, lens)
@@ -197,7 +199,7 @@ def _range(input_id: str, label: str, value: int, maximum: int, shown: str) -> s
     )
 
 
-def controls_html(explorer: dict) -> str:
+def _controls_html(explorer: dict) -> str:
     """The explorer's controls: a "Heads" range input and one "valid length" per example."""
     heads, hi = explorer["heads"], explorer["heads_index"]
     B, Lk = explorer["batch_size"], explorer["num_keys"]
@@ -219,15 +221,27 @@ def static_explorer_html(fig: go.Figure | None = None, **kwargs) -> str:
 
     Args:
         fig: a figure from :func:`static_explorer`; built from ``kwargs`` when None.
+        **kwargs: the arguments of :func:`static_explorer`, without ``fig``.
+
+    Raises:
+        ValueError: ``fig`` not a figure from :func:`static_explorer`, both ``fig`` and
+            ``kwargs``, or bad ``kwargs`` (see :func:`static_explorer`).
     """
-    fig = static_explorer(**kwargs) if fig is None else fig
+    if fig is None:
+        fig = static_explorer(**kwargs)
+    elif kwargs:
+        raise ValueError(f"pass fig or the explorer's arguments, not both: got fig and "
+                         f"{sorted(kwargs)}")
+    elif not isinstance(fig, go.Figure) or not isinstance(fig.layout.meta, dict) \
+            or "heads" not in fig.layout.meta.get("explorer", {}):
+        raise ValueError(f"fig must be a figure from static_explorer, got {type(fig).__name__}")
     explorer = json.loads(pio.to_json(fig.layout.meta["explorer"], validate=False))
-    script = (REDRAW_JS.replace("__DIV__", DIV_ID).replace("__CONTROLS__", CONTROLS_ID)
+    script = (_REDRAW_JS.replace("__DIV__", DIV_ID).replace("__CONTROLS__", CONTROLS_ID)
               .replace("__STATES__", json.dumps(explorer, separators=(",", ":"))))
     label = html.escape(explorer["description"], quote=True)
     script = script.replace("</", "<\\/")  # the JSON cannot close the script early
     return (
-        f'<div class="mha-explorer">{controls_html(explorer)}'
+        f'<div class="mha-explorer">{_controls_html(explorer)}'
         f'<div id="{DIV_ID}" class="plotly-graph-div mha-figure" role="img" aria-label="{label}" '
         f'style="height:{int(fig.layout.height)}px"></div></div>\n'
         f'<script type="text/javascript">{script}</script>'

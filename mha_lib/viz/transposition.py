@@ -18,21 +18,23 @@ from plotly.subplots import make_subplots
 from mha_lib._checks import check_positive_int
 from mha_lib.heads import transpose_qkv
 
+__all__ = ["transposition_figure"]
+
 # Okabe-Ito, a colour-blind-safe qualitative palette; light colours first (black text on them).
-HEAD_COLORS = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#CC79A7", "#D55E00", "#0072B2",
+_HEAD_COLORS = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#CC79A7", "#D55E00", "#0072B2",
                "#999999")
-MAX_CELLS = 400
+_MAX_CELLS = 400
 
 
-def index_tensor(batch_size: int, seq_len: int, num_features: int) -> torch.Tensor:
+def _index_tensor(batch_size: int, seq_len: int, num_features: int) -> torch.Tensor:
     """(B, L, D) float tensor whose entry ``[b, t, f]`` is ``(b*L + t)*D + f``: its own address."""
     n = batch_size * seq_len * num_features
     # (B*L*D,) -> (B, L, D)
     return torch.arange(n, dtype=torch.float64).reshape(batch_size, seq_len, num_features)
 
 
-def decode_index(value: float, seq_len: int, num_features: int) -> tuple[int, int, int]:
-    """Invert :func:`index_tensor`: the ``(b, t, f)`` an entry came from."""
+def _decode_index(value: float, seq_len: int, num_features: int) -> tuple[int, int, int]:
+    """Invert :func:`_index_tensor`: the ``(b, t, f)`` an entry came from."""
     v = int(value)
     return v // (seq_len * num_features), (v // num_features) % seq_len, v % num_features
 
@@ -41,7 +43,7 @@ def _discrete_colorscale(num_heads: int) -> list[list]:
     """A stepwise colour scale mapping the integers 0..H-1 to the palette's colours."""
     scale = []
     for h in range(num_heads):
-        scale += [[h / num_heads, HEAD_COLORS[h]], [(h + 1) / num_heads, HEAD_COLORS[h]]]
+        scale += [[h / num_heads, _HEAD_COLORS[h]], [(h + 1) / num_heads, _HEAD_COLORS[h]]]
     return scale
 
 
@@ -51,7 +53,7 @@ def transposition_figure(
     """Picture of ``transpose_qkv``: the input (B, L, D) on the left, the result (B*H, L, d) right.
 
     The figure is computed by running :func:`mha_lib.transpose_qkv` on a tensor whose entries
-    are their own addresses (:func:`index_tensor`), then decoding every output entry: each cell
+    are their own addresses (:func:`_index_tensor`), then decoding every output entry: each cell
     is labelled with the example, token and feature it came from ("b0 t1 f3") and coloured by
     the head that feature belongs to. Blocks of rows are separated by a blank row.
 
@@ -72,14 +74,14 @@ def transposition_figure(
     L = check_positive_int(seq_len, "seq_len")
     H = check_positive_int(num_heads, "num_heads")
     d = check_positive_int(head_size, "head_size")
-    if H > len(HEAD_COLORS):
-        raise ValueError(f"num_heads must be at most {len(HEAD_COLORS)} (one colour each), got {H}")
+    if H > len(_HEAD_COLORS):
+        raise ValueError(f"num_heads must be at most {len(_HEAD_COLORS)} (one colour each), got {H}")
     D = H * d
-    if B * L * D > MAX_CELLS:
+    if B * L * D > _MAX_CELLS:
         raise ValueError(
-            f"B*L*D = {B}*{L}*{D} = {B * L * D} cells is too many to read; keep it <= {MAX_CELLS}"
+            f"B*L*D = {B}*{L}*{D} = {B * L * D} cells is too many to read; keep it <= {_MAX_CELLS}"
         )
-    X = index_tensor(B, L, D)  # (B, L, D)
+    X = _index_tensor(B, L, D)  # (B, L, D)
     Y = transpose_qkv(X, H)  # (B, L, D) -> (B*H, L, d)
 
     def panel(blocks: np.ndarray, row_name) -> dict:
@@ -96,7 +98,7 @@ def transposition_figure(
                 ticks.append(y)
                 tick_text.append(row_name(k, t))
                 for j in range(width):
-                    b, t_src, f = decode_index(blocks[k, t, j].item(), L, D)
+                    b, t_src, f = _decode_index(blocks[k, t, j].item(), L, D)
                     z[y, j] = f // d  # the head this feature belongs to
                     text[y][j] = f"b{b} t{t_src} f{f}"
                     hover[y][j] = (

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mha_lib.viz.browser import click_and_wait, key_and_wait, read_state
+from mha_lib.book.browser import _click_and_wait, _key_and_wait, _read_state
 from mha_lib.viz.scene import make_source
 
 PAGE = "chapters/04_exploring_heads.html"
@@ -56,7 +56,7 @@ def test_static_explorer_follows_its_controls(open_context, site_url, viewport):
     page.wait_for_load_state("networkidle")
     page.locator("#mha-static-explorer .main-svg").first.wait_for(state="attached")
     page.locator("#mha-static-explorer-controls").scroll_into_view_if_needed()
-    _assert_follows(read_state(page), 2, [6, 4])
+    _assert_follows(_read_state(page), 2, [6, 4])
 
     steps = [  # (how, control, key or value) -> configuration after it
         (("key", 0, "End"), (8, [6, 4])),
@@ -72,11 +72,11 @@ def test_static_explorer_follows_its_controls(open_context, site_url, viewport):
     ]
     for (how, index, what), (num_heads, lens) in steps:
         if how == "key":
-            redrawn = key_and_wait(page, index, what)
+            redrawn = _key_and_wait(page, index, what)
         else:
-            redrawn = click_and_wait(page, index, what)
+            redrawn = _click_and_wait(page, index, what)
         assert redrawn, f"no redraw after {how} {what} on control {index}"
-        _assert_follows(read_state(page), num_heads, lens)
+        _assert_follows(_read_state(page), num_heads, lens)
 
     assert page.external_requests == []
     assert page.console_errors == []

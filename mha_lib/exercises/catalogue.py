@@ -1,0 +1,279 @@
+"""The catalogue of classic mistakes: every mistake a checker can name, and its family.
+
+A checker of :mod:`mha_lib.exercises` names a student's mistake by a key ``(setting, value)``
+of :data:`MISTAKES`, e.g. ``("mask", "one_more")``: the *setting* is the part of the code
+that goes wrong (the mask, the softmax axis, the scaling, ...), the *value* how it goes wrong.
+A checker's mistake models (:mod:`mha_lib.exercises.core`, :mod:`mha_lib.exercises.later`)
+build one implementation per key; the entry here says, in plain words, what the mistake is
+and how to find it in one's own code.
+
+:data:`FAMILIES` puts every setting in a *mistake family* (masking, scores, heads, ...):
+:mod:`mha_lib.exercises.grading` gives one point per family a checker covers, so a new
+setting needs its family here as well (a test says so).
+
+Shape legend (of the hints)
+    B   batch size
+    H   number of heads
+    Lq  number of queries
+    Lk  number of key-value pairs
+    d   head size
+    D   H*d, the model width ``d_model``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FAMILIES", "MISTAKES"]
+
+
+@dataclass(frozen=True)
+class _Mistake:
+    """A classic mistake: its name in plain words and how to find it in one's own code.
+
+    ``convention`` marks a choice that is not wrong in itself but differs from the book's
+    specification (d2l.ai's uniform rows for valid length 0); the checker says so.
+    """
+
+    title: str
+    hint: str
+    convention: bool = False
+
+
+#: The mistake family of every setting (the first part of a key of :data:`MISTAKES`).
+FAMILIES: dict[str, str] = {
+    # chapters 1-3 (mha_lib.exercises.core)
+    "mask": "masking",
+    "axis": "masking",
+    "empty": "masking",
+    "scale": "scores",
+    "scores": "scores",
+    "lens": "heads",
+    "fold": "heads",
+    "split": "heads",
+    "merge": "heads",
+    "W_o": "output projection",
+    "params": "counting",
+    "bias": "counting",
+    # chapters 4-7 (mha_lib.exercises.later)
+    "entropy": "entropy",
+    "stiefel": "counting",
+    "crossover": "formula",
+    "memory": "formula",
+    "prune": "pruning",
+}
+
+#: Every mistake a checker can name, keyed by ``(setting, wrong value)``. A *spec* is a dict of
+#: such settings; the empty spec is the correct implementation.
+MISTAKES: dict[tuple[str, str], _Mistake] = {
+    # ---------------------------------------------------------------- chapters 1-3 (core)
+    ("mask", "none"): _Mistake(
+        "no masking: the valid lengths are ignored",
+        "Every key gets a weight, even those past the valid length. Build a mask from "
+        "valid_lens (key position j is kept when j < valid_len) and fill the scores outside it "
+        "with a very negative number before the softmax.",
+    ),
+    ("mask", "one_more"): _Mistake(
+        "mask off by one: one key too many is kept",
+        "Key positions run from 0, so a valid length of 3 keeps keys 0, 1, 2. Look for `<=` "
+        "where `<` belongs (or a `+ 1`) in the comparison that builds the mask.",
+    ),
+    ("mask", "after_softmax"): _Mistake(
+        "masked after the softmax, without renormalising",
+        "Zeroing the padded keys' weights after the softmax leaves each row summing to less "
+        "than 1: the weight the padding received is lost, not given to the valid keys. Mask the "
+        "scores before the softmax (fill them with a very negative number), or divide each row "
+        "by its new sum.",
+    ),
+    ("mask", "one_less"): _Mistake(
+        "mask off by one: one key too few is kept",
+        "A valid length of 3 keeps keys 0, 1 and 2, three keys. Look for a `- 1` or for `<` "
+        "where the comparison should be `j < valid_len` on 0-based positions.",
+    ),
+    ("axis", "queries"): _Mistake(
+        "softmax over the wrong axis (over the queries)",
+        "Each query distributes its attention over the keys, so the softmax runs over the last "
+        "axis (dim=-1): every row of the (B, Lq, Lk) weights sums to 1. Yours makes the columns "
+        "sum to 1 (dim=1 or dim=-2).",
+    ),
+    ("axis", "batch"): _Mistake(
+        "softmax over the wrong axis (over the batch)",
+        "The softmax must run over the keys, the last axis (dim=-1); yours normalises across "
+        "the examples of the batch (dim=0). Check the `dim` argument of your softmax.",
+    ),
+    ("empty", "nan"): _Mistake(
+        "NaN on a row with valid length 0",
+        "When a query may attend to no key, every score of its row is masked. Filling with "
+        "-inf then makes the softmax compute 0/0 = NaN. Fill with a finite very negative number "
+        "(torch.finfo(X.dtype).min) and set such rows to zero afterwards.",
+    ),
+    ("empty", "uniform"): _Mistake(
+        "another convention for a row with valid length 0: uniform weights instead of zeros",
+        "Every row with at least one valid key is right. Filling masked scores with a finite "
+        "number such as -1e6, as d2l.ai's masked_softmax does, makes a fully masked row a "
+        "uniform average over all keys, padding included: that is d2l.ai's convention. This "
+        "book's convention is that a query with valid length 0 attends to nothing; to follow "
+        "it, multiply the weights by the mask so that row is all 0.",
+        convention=True,
+    ),
+    ("scale", "none"): _Mistake(
+        "missing 1/sqrt(d) scaling",
+        "The scores are Q K^T / sqrt(d), with d the size of a query/key (of one head). Without "
+        "the division, large d makes the softmax saturate.",
+    ),
+    ("scale", "d"): _Mistake(
+        "scaling by 1/d instead of 1/sqrt(d)",
+        "Divide the scores by math.sqrt(d), not by d: the dot product of two random vectors "
+        "with d unit-variance entries has standard deviation sqrt(d).",
+    ),
+    ("scale", "sqrt_Lk"): _Mistake(
+        "scaling by 1/sqrt(Lk), the number of keys, instead of 1/sqrt(d)",
+        "The scale comes from the size of one dot product: d, the last axis of the queries "
+        "and keys (queries.shape[-1]), not the number of keys (keys.shape[1]). The variance of "
+        "a score grows with d, whatever the number of keys.",
+    ),
+    ("scale", "sqrt_D"): _Mistake(
+        "scaling by 1/sqrt(D), the model width d_model, instead of 1/sqrt(d)",
+        "Each head computes dot products of size d = D / H (D = d_model, the width of the "
+        "projections), so the scores of a head are divided by sqrt(d), the head size, not by "
+        "sqrt(D).",
+    ),
+    ("lens", "repeat"): _Mistake(
+        "repeat instead of repeat_interleave for the valid lengths",
+        "After transpose_qkv, row b*H + h holds head h of example b, so each example's valid "
+        "length must appear H times in a row: valid_lens.repeat_interleave(H, dim=0) turns "
+        "[3, 2] into [3, 3, 2, 2]. `repeat` gives [3, 2, 3, 2] and hands the heads of one "
+        "example the lengths of another.",
+    ),
+    ("fold", "no_permute"): _Mistake(
+        "reshape without the permute: positions mixed with heads",
+        "Reshaping (B, L, D) straight to (B*H, L, d) cuts the memory in the wrong places: one "
+        "'head' then holds pieces of several positions. Reshape to (B, L, H, d), permute to "
+        "(B, H, L, d), and only then merge B and H (and the reverse in transpose_output).",
+    ),
+    ("scores", "no_transpose"): _Mistake(
+        "Q @ K without the transpose",
+        "The scores are Q K^T: (B, Lq, d) @ (B, d, Lk) -> (B, Lq, Lk). Multiplying by the keys "
+        "themselves, (B, Lk, d), fails as soon as Lk differs from d, and silently computes "
+        "something else when they happen to be equal. Use keys.transpose(-2, -1) (or keys.mT).",
+    ),
+    ("fold", "permute_0231"): _Mistake(
+        "permute(0, 2, 3, 1) instead of permute(0, 2, 1, 3)",
+        "After reshaping (B, L, D) to (B, L, H, d), permute(0, 2, 1, 3) gives (B, H, L, d). "
+        "permute(0, 2, 3, 1) gives (B, H, d, L); the final reshape to (B*H, L, d) still "
+        "succeeds (L*d = d*L) but every row now mixes positions and features. Write the shape "
+        "after each step in a comment.",
+    ),
+    ("merge", "reshape"): _Mistake(
+        "transpose_output as a plain reshape",
+        "(B*H, Lq, d) cannot go straight to (B, Lq, D) by reshape: the heads of one example sit "
+        "in consecutive rows, so a reshape glues positions of one head together. Reshape to "
+        "(B, H, Lq, d), permute to (B, Lq, H, d), then merge the last two axes.",
+    ),
+    ("fold", "head_major"): _Mistake(
+        "heads ordered head-major instead of batch-major",
+        "The folded batch must be ordered example by example: row b*H + h is head h of example "
+        "b (permute to (B, H, L, d) before merging the first two axes). Yours puts all "
+        "examples of head 0 first (row h*B + b), which no longer matches valid lengths "
+        "repeated with repeat_interleave.",
+    ),
+    ("split", "interleaved"): _Mistake(
+        "heads take every H-th feature instead of a block of d features",
+        "Split the features as (H, d): head h owns features h*d .. h*d + d - 1. Reshaping to "
+        "(B, L, d, H) gives head h the features h, h + H, h + 2H, ... instead.",
+    ),
+    ("W_o", "skip"): _Mistake(
+        "forgot the output projection W_o",
+        "After transpose_output concatenates the heads, the result still goes through W_o, "
+        "which mixes the heads: return self.W_o(output_concat).",
+    ),
+    ("params", "no_W_o"): _Mistake(
+        "forgot the output projection W_o",
+        "Multi-head attention has four projections: W_q, W_k, W_v and the output projection "
+        "W_o of shape (D, D), D = d_model.",
+    ),
+    ("params", "per_head"): _Mistake(
+        "counted a full-size projection for every head",
+        "The heads share the projections: W_q maps query_size to D = H*d once, and "
+        "head h uses its own d output columns. The count does not depend on num_heads.",
+    ),
+    ("bias", "ignored"): _Mistake(
+        "the biases are not counted",
+        "With bias=True each of the four nn.Linear layers has a bias of D = d_model entries.",
+    ),
+    ("bias", "always"): _Mistake(
+        "biases counted although bias=False",
+        "With bias=False the four projections are plain matrices without a bias vector.",
+    ),
+    # ---------------------------------------------------------------- chapters 4-7 (later)
+    ("entropy", "nan"): _Mistake(
+        "NaN from 0 * log(0) on masked keys",
+        "A masked key has weight exactly 0, and w * torch.log(w) is then 0 * (-inf) = NaN. By "
+        "convention 0 log 0 = 0: use torch.xlogy(w, w), or torch.special.entr(w).",
+    ),
+    ("entropy", "log2"): _Mistake(
+        "entropy in bits (log2) instead of nats (natural log)",
+        "The exercise compares with log 6, the natural logarithm: use torch.log (or xlogy), "
+        "not torch.log2.",
+    ),
+    ("entropy", "sign"): _Mistake(
+        "the minus sign is missing",
+        "Entropy is -sum w log w; every log w <= 0, so without the minus the result is negative.",
+    ),
+    ("entropy", "queries"): _Mistake(
+        "summed over the queries instead of over the keys",
+        "Each row (one query, over the keys) is a distribution: sum over the last axis "
+        "(dim=-1), then average the rows of each head (dim=-1 of the result).",
+    ),
+    ("stiefel", "d_squared"): _Mistake(
+        "d*d constraints instead of d(d+1)/2",
+        "P^T P = I is a symmetric d x d equation: entry (i, j) and entry (j, i) are the same "
+        "equation, so only d(d+1)/2 of the d*d entries constrain P.",
+    ),
+    ("stiefel", "antisymmetric"): _Mistake(
+        "d(d-1)/2 constraints instead of d(d+1)/2",
+        "d(d-1)/2 is the dimension of the orthogonal group (the off-diagonal equations only). "
+        "The diagonal equations |p_i| = 1 constrain P too: d(d+1)/2 in all.",
+    ),
+    ("stiefel", "free"): _Mistake(
+        "no constraint counted: N*d",
+        "N*d is the size of an unconstrained N x d matrix. The rank of the Jacobian of the "
+        "parametrization is smaller, because the map lands on the manifold P^T P = I.",
+    ),
+    ("crossover", "half"): _Mistake(
+        "L = D: only two of the four projections counted",
+        "Self-attention has four D x D projections (W_q, W_k, W_v on L tokens each, W_o on the "
+        "L outputs), 8 L D^2 FLOPs in all, against 4 L^2 D for the scores and the weighted sum.",
+    ),
+    ("crossover", "double"): _Mistake(
+        "L = 4D: only the scores counted, not the weighted sum",
+        "The attention part is two matrix products of the same size, the scores Q K^T and the "
+        "weighted sum of the values: 2 L^2 D FLOPs each, 4 L^2 D together.",
+    ),
+    ("crossover", "strict"): _Mistake(
+        "one too many: attention must *reach* the projections, not exceed them",
+        "The smallest L with 4 L^2 D >= 8 L D^2 is L = 2D itself (equality counts).",
+    ),
+    ("memory", "no_bytes"): _Mistake(
+        "counted weights, not bytes",
+        "Each float32 weight takes 4 bytes: B * H * L * L * 4 <= budget.",
+    ),
+    ("memory", "float64"): _Mistake(
+        "8 bytes per weight: float64 instead of float32",
+        "The weights are float32: 4 bytes each.",
+    ),
+    ("memory", "float_sqrt"): _Mistake(
+        "int(math.sqrt(...)) rounds up for large numbers",
+        "A float has 53 bits of mantissa: for budgets around 10^16 math.sqrt can return the "
+        "next integer. math.isqrt computes the exact floor of the square root.",
+    ),
+    ("prune", "kept_listed"): _Mistake(
+        "kept the listed heads instead of removing them",
+        "`heads` lists the heads to remove: keep every head h that is *not* in the list.",
+    ),
+    ("prune", "interleaved"): _Mistake(
+        "head h's rows taken as h, h + H, h + 2H, ... instead of the block h*d .. h*d + d - 1",
+        "transpose_qkv gives head h the d consecutive features h*d, ..., h*d + d - 1: keep "
+        "those rows of W_q, W_k, W_v and those columns of W_o.",
+    ),
+}

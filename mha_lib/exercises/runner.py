@@ -1,0 +1,232 @@
+"""The engine every checker shares: run the cases, compare with the reference, name the mistake.
+
+A checker describes its exercise as a list of :class:`Case` (the student's call and, for any
+*spec* of mistakes, what an implementation with those mistakes returns) and the settings its
+mistake models know; :func:`run_cases` runs the student's code on every case, prints the
+verdict and, when the outputs differ, the mistakes of :data:`mha_lib.exercises.MISTAKES` whose
+models reproduce the student's outputs on every case (fewest mistakes first, at most two).
+
+The student's code is called through :func:`call_student`: ``NotImplementedError`` becomes
+:class:`NotImplementedYet`, any other exception :class:`StudentError`, so a checker never
+raises because of the code it checks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from mha_lib.exercises.catalogue import MISTAKES
+
+__all__ = [
+    "MATMUL_ERRORS",
+    "Case",
+    "NotImplementedYet",
+    "StudentError",
+    "call_student",
+    "long_tensor",
+    "matmul_crash_hint",
+    "run_cases",
+    "scalar_cases",
+    "seeded",
+]
+
+
+class NotImplementedYet(Exception):
+    """The student's code raised ``NotImplementedError`` (the exercise's stub)."""
+
+
+class StudentError(Exception):
+    """The student's code raised; the message says what (``"TypeError: ..."``)."""
+
+
+@dataclass
+class Case:
+    """One case: ``run_student(*inputs)`` gets copies of ``inputs``; ``variant(spec)`` computes
+    what an implementation with the mistakes of ``spec`` returns (the reference for ``{}``)."""
+
+    description: str
+    run_student: Callable[..., object]
+    variant: Callable[[dict], Tensor]
+    inputs: tuple = ()
+    exact: bool = False  # integer answers: compare exactly, not to a relative tolerance
+
+
+def call_student(fn, *args, **kwargs):
+    """Call student code; turn its exceptions into NotImplementedYet / StudentError."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise NotImplementedYet from None
+    except Exception as err:  # the student's bug, reported rather than raised
+        raise StudentError(f"{type(err).__name__}: {err}") from None
+
+
+def seeded(seed: int) -> torch.Generator:
+    """A CPU generator seeded with ``seed``: every checker draws its cases from one."""
+    return torch.Generator().manual_seed(seed)
+
+
+def long_tensor(values) -> Tensor:
+    """Valid lengths as a ``torch.long`` tensor."""
+    return torch.tensor(values, dtype=torch.long)
+
+
+def _close(a: Tensor, b: Tensor, exact: bool = False) -> bool:
+    if exact:
+        return a.shape == b.shape and torch.equal(a, b)
+    return a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def _specs(settings: dict[str, tuple[str, ...]], max_mistakes: int = 2):
+    """Every spec with 1 .. max_mistakes wrong settings, fewest mistakes first."""
+    names = list(settings)
+    for n in range(1, max_mistakes + 1):
+        for chosen in itertools.combinations(names, n):
+            for values in itertools.product(*(settings[name] for name in chosen)):
+                yield dict(zip(chosen, values))
+
+
+def _diagnose(cases, outputs, settings) -> list[dict]:
+    """The specs with the fewest mistakes whose outputs match the student's on every case."""
+    found: list[dict] = []
+    for spec in _specs(settings):
+        if found and len(spec) > len(found[0]):
+            break
+        if all(_close(outputs[i], case.variant(spec), case.exact)
+               for i, case in enumerate(cases) if i in outputs):
+            found.append(spec)
+    return found
+
+
+def _describe_spec(spec: dict) -> list[str]:
+    lines = []
+    for key in spec.items():
+        mistake = MISTAKES[key]
+        lines.append(f"  * {mistake.title}.")
+        lines.append(f"    How to find it: {mistake.hint}")
+    return lines
+
+
+#: Phrases of torch's errors for a matrix product whose sizes do not fit.
+MATMUL_ERRORS = ("batch2", "cannot be multiplied", "size mismatch", "does not broadcast")
+
+
+def matmul_crash_hint(message: str) -> list[str]:
+    """A matrix product with mismatched sizes in attention code is usually Q @ K."""
+    if not any(pattern in message for pattern in MATMUL_ERRORS):
+        return []
+    return ["  A matrix product got sizes that do not fit. If it is the scores:"] + _describe_spec(
+        {"scores": "no_transpose"})
+
+
+def _int_output(fn: Callable, *args) -> Tensor:
+    out = call_student(fn, *args)
+    return torch.tensor(float(out), dtype=torch.float64) if isinstance(out, (int, float)) else out
+
+
+def scalar_cases(fn: Callable, configs, describe: str, variant: Callable) -> list[Case]:
+    """Cases of an exercise whose answer is one number: ``fn(*config)`` against
+    ``variant(*config, spec)``, compared exactly; ``describe.format(*config)`` names a case."""
+    return [Case(describe.format(*config),
+                 run_student=lambda config=config: _int_output(fn, *config),
+                 variant=lambda spec, config=config: torch.tensor(float(variant(*config, spec)),
+                                                                  dtype=torch.float64),
+                 exact=True)
+            for config in configs]
+
+
+def run_cases(name: str, cases: list[Case], settings: dict[str, tuple[str, ...]],
+              general_hint: str, shape_hint: Callable[[tuple, tuple], str] | None = None,
+              crash_hint: Callable[[str], list[str]] | None = None) -> bool:
+    """Run every case, print the verdict (and the diagnosis), return whether all passed.
+
+    Args:
+        name: the checker's name, first word of every verdict.
+        cases: the cases, see :class:`Case`.
+        settings: the mistakes the diagnosis tries, ``{setting: (value, ...)}``, every
+            ``(setting, value)`` a key of :data:`mha_lib.exercises.MISTAKES`.
+        general_hint: what to try when the outputs match no mistake.
+        shape_hint: ``shape_hint(got, expected)`` explains a wrong output shape.
+        crash_hint: ``crash_hint(message)`` explains an exception of the student's code.
+    """
+    outputs: dict[int, Tensor] = {}
+    problems: list[str] = []
+    differ: list[str] = []
+    nan_cases: list[int] = []
+    in_place = False
+    for i, case in enumerate(cases):
+        copies = [x.clone() for x in case.inputs]
+        try:
+            out = case.run_student(*copies)
+        except NotImplementedYet:
+            print(f"{name}: not implemented yet (your code raises NotImplementedError). "
+                  "Replace the `raise NotImplementedError` line with your implementation.")
+            return False
+        except StudentError as err:
+            problems.append(f"- on the case '{case.description}' your code raised {err}")
+            hint = crash_hint(str(err)) if crash_hint else []
+            if hint and not any(line in problems for line in hint):
+                problems += hint
+            continue
+        if any(not torch.equal(x, y) for x, y in zip(copies, case.inputs)) and not in_place:
+            in_place = True
+            problems.append(f"- on the case '{case.description}' your code modified its input "
+                            "in place (e.g. X[~mask] = ... on X or on a view of it). Work on a "
+                            "new tensor: masked_fill (without the underscore) returns one.")
+        if isinstance(out, tuple) and out and isinstance(out[0], Tensor):
+            out = out[0]  # (output, weights): compare the output
+        if not isinstance(out, Tensor):
+            problems.append(f"- on the case '{case.description}' your code returned "
+                            f"{type(out).__name__}, not a tensor (a missing `return`?)")
+            continue
+        expected = case.variant({})
+        if out.shape != expected.shape:
+            extra = shape_hint(tuple(out.shape), tuple(expected.shape)) if shape_hint else ""
+            problems.append(f"- on the case '{case.description}' the output has shape "
+                            f"{tuple(out.shape)}, expected {tuple(expected.shape)}. {extra}".rstrip())
+            continue
+        out = out.detach().to(expected.dtype)
+        outputs[i] = out
+        if torch.isnan(out).any() and not torch.isnan(expected).any():
+            nan_cases.append(i)
+        if not _close(out, expected, case.exact):
+            differ.append(case.description)
+    if not problems and not differ:
+        print(f"{name}: all {len(cases)} cases pass.")
+        return True
+    lines = [f"{name}: not yet right."] + problems
+    if differ:
+        lines.append(f"- the output differs from the reference on {len(differ)} of {len(cases)} "
+                     "cases: " + "; ".join(f"'{d}'" for d in differ))
+        specs = _diagnose(cases, outputs, settings)
+        explained = set(outputs)
+        if not specs:  # explain at least the first case that differs
+            first = next(i for i in outputs if cases[i].description == differ[0])
+            specs = _diagnose([cases[first]], {0: outputs[first]}, settings)
+            explained = {first}
+            if specs:
+                lines.append(f"  (what follows explains the case '{differ[0]}'; the other "
+                             "cases may hide one more mistake)")
+        if specs and not problems and all(MISTAKES[key].convention for spec in specs
+                                           for key in spec.items()):
+            lines[0] = f"{name}: not a bug, another convention than this book's."
+        if specs:
+            lines.append("What it looks like" + (" (one of these):" if len(specs) > 1 else ":"))
+            for spec in specs:
+                lines += _describe_spec(spec)
+        else:
+            explained = set()
+            lines.append(f"  The outputs match none of the classic mistakes. {general_hint}")
+        unexplained_nan = [i for i in nan_cases if i not in explained]
+        if unexplained_nan:
+            lines.append(f"  Your output contains NaN on the case "
+                         f"'{cases[unexplained_nan[0]].description}'. NaN comes from 0/0 or "
+                         "inf/inf: a row whose scores are all -inf, or exp() of large scores "
+                         "without first subtracting the row maximum (torch.softmax does that).")
+    print("\n".join(lines))
+    return False

@@ -1,0 +1,160 @@
+"""Fixtures of the exercise tests: wrong answers to the checked exercises, a demo chapter.
+
+* ``wrong_answer``: a test with this argument runs once per checker with a wrong answer below; it gets
+  a :class:`WrongAnswer`: ``source`` is an answer with one classic mistake, as a student would
+  write it, with ``{name}`` for the name the chapter's checker cell checks; ``mistake`` is the
+  key of that mistake in :data:`mha_lib.exercises.MISTAKES` (the family that loses its point).
+* ``wrong_answers``: all of them, ``{checker: WrongAnswer}``.
+* ``demo_chapter``: a small chapter notebook with three exercises (one checked by
+  ``check_masked_softmax``, one written, one plain ``assert``), before any nbgrader marks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+_WRONG = {
+    "check_masked_softmax": '''\
+import torch
+from mha_lib import keep_mask_from_valid_lens
+
+
+def {name}(X, valid_lens=None):
+    if valid_lens is None:
+        return torch.softmax(X, dim=-2)
+    keep = keep_mask_from_valid_lens(valid_lens, X.shape[1], X.shape[2])  # (B, Lq, Lk)
+    return torch.softmax(torch.where(keep, X, torch.finfo(X.dtype).min), dim=-2) * keep
+''',
+    "check_dot_product_attention": '''\
+from mha_lib import masked_softmax
+
+
+def {name}(queries, keys, values, valid_lens=None):
+    return masked_softmax(queries @ keys.transpose(1, 2), valid_lens) @ values
+''',
+    "check_num_parameters": '''\
+def {name}(query_size, key_size, value_size, d_model, num_heads, bias):
+    D = d_model
+    return (query_size + key_size + value_size) * D + (3 * D if bias else 0)
+''',
+    "check_transpose_qkv": '''\
+def {name}(X, num_heads):
+    B, L, D = X.shape
+    X = X.reshape(B, L, num_heads, D // num_heads)  # (B, L, H, d)
+    return X.permute(2, 0, 1, 3).reshape(num_heads * B, L, D // num_heads)  # (H*B, L, d)
+''',
+    "check_transpose_output": '''\
+def {name}(X, num_heads):
+    HB, L, d = X.shape
+    X = X.reshape(num_heads, HB // num_heads, L, d).permute(1, 2, 0, 3)  # (B, L, H, d)
+    return X.reshape(HB // num_heads, L, num_heads * d)
+''',
+    "check_multihead_attention": '''\
+from torch import nn
+from mha_lib import DotProductAttention, transpose_output, transpose_qkv
+
+
+class {name}(nn.Module):
+    def __init__(self, key_size, query_size, value_size, d_model, num_heads, dropout,
+                 bias=False):
+        super().__init__()
+        self.num_heads = num_heads
+        self.attention = DotProductAttention(dropout)
+        self.W_q = nn.Linear(query_size, d_model, bias=bias)
+        self.W_k = nn.Linear(key_size, d_model, bias=bias)
+        self.W_v = nn.Linear(value_size, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        H = self.num_heads
+        q = transpose_qkv(self.W_q(queries), H)
+        k = transpose_qkv(self.W_k(keys), H)
+        v = transpose_qkv(self.W_v(values), H)
+        if valid_lens is not None:
+            valid_lens = valid_lens.repeat(H, *[1] * (valid_lens.dim() - 1))  # the mistake
+        return self.W_o(transpose_output(self.attention(q, k, v, valid_lens), H))
+''',
+}
+
+_MISTAKE = {
+    "check_masked_softmax": ("axis", "queries"),
+    "check_dot_product_attention": ("scale", "none"),
+    "check_num_parameters": ("params", "no_W_o"),
+    "check_transpose_qkv": ("fold", "head_major"),
+    "check_transpose_output": ("fold", "head_major"),
+    "check_multihead_attention": ("lens", "repeat"),
+}
+
+
+@dataclass(frozen=True)
+class WrongAnswer:
+    """A wrong answer to the exercise of ``checker``, with the classic mistake ``mistake``."""
+
+    checker: str
+    source: str
+    mistake: tuple[str, str]
+
+    def define(self, name: str):
+        """The object ``name`` that the source defines."""
+        namespace: dict = {}
+        exec(self.source.format(name=name), namespace)
+        return namespace[name]
+
+
+_ANSWERS = {checker: WrongAnswer(checker, _WRONG[checker], _MISTAKE[checker])
+            for checker in sorted(_WRONG)}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "wrong_answer" in metafunc.fixturenames:
+        metafunc.parametrize("wrong_answer", list(_ANSWERS.values()), ids=list(_ANSWERS))
+
+
+@pytest.fixture(scope="session")
+def wrong_answers() -> dict[str, WrongAnswer]:
+    return dict(_ANSWERS)
+
+
+def _solution_cell(source: str):
+    return new_code_cell(source, metadata={"tags": ["solution"]})
+
+
+def _exercise_block(label: str, question: str, solution: list, test: str | None) -> list:
+    cells = [
+        new_markdown_cell(f"```{{exercise}} {label.title()}\n:label: {label}\n\n{question}\n```"),
+        new_markdown_cell(f"```{{solution-start}} {label}\n:class: dropdown\n```"),
+        *solution,
+        new_markdown_cell("```{solution-end}\n```"),
+    ]
+    return cells + ([new_code_cell(test)] if test else [])
+
+
+@pytest.fixture
+def demo_chapter():
+    cells = [
+        new_markdown_cell("# A demo chapter\n\nSome prose."),
+        new_code_cell("import torch"),
+        *_exercise_block(
+            "ex-softmax", "Write `my_masked_softmax`.",
+            [_solution_cell(
+                "import torch\nfrom mha_lib import masked_softmax\n\n\n"
+                "def my_masked_softmax(X, valid_lens=None):\n"
+                '    """Softmax over the last axis that skips the keys past the valid length."""\n'
+                "    # SECRET COMMENT\n"
+                "    return masked_softmax(X, valid_lens)"),
+             new_markdown_cell("SECRET PROSE: multiplying by the mask zeroes empty rows.")],
+            "from mha_lib.exercises import check_masked_softmax\n\n"
+            "assert check_masked_softmax(my_masked_softmax)"),
+        *_exercise_block(
+            "ex-why", "Why?",
+            [new_markdown_cell("SECRET ANSWER: because.")], None),
+        *_exercise_block(
+            "ex-assert", "Compute twice.",
+            [_solution_cell("def twice(x):\n    return 2 * x")], "assert twice(2) == 4"),
+        new_code_cell("print('after the exercises')"),
+    ]
+    return new_notebook(cells=cells, metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
