@@ -118,6 +118,13 @@ class Tokenizer:
         vocab: the tokens, index = id; ``vocab[0]`` is ``<pad>``, ``vocab[1]`` is ``<unk>``.
     """
 
+    pad_id = 0
+    """Id of ``<pad>``: fills batches of different lengths, never predicted."""
+    unk_id = 1
+    """Id of ``<unk>``: every word outside the vocabulary."""
+    pattern = _TOKEN_RE.pattern
+    """The regular expression that finds the tokens of lower-cased text."""
+
     def __init__(self, vocab: Sequence[str] | None = None) -> None:
         if vocab is None:
             vocab = _default_vocab()
@@ -137,15 +144,6 @@ class Tokenizer:
         """V, the number of tokens (with ``<pad>`` and ``<unk>``)."""
         return len(self.vocab)
 
-    @property
-    def pad_id(self) -> int:
-        """Id of ``<pad>`` (0): fills batches of different lengths, never predicted."""
-        return 0
-
-    @property
-    def unk_id(self) -> int:
-        """Id of ``<unk>`` (1): every word outside the vocabulary."""
-        return 1
 
     def tokenize(self, text: str) -> list[str]:
         """Split ``text`` into lower-case tokens (words the vocabulary lacks are kept as typed)."""
