@@ -5,6 +5,8 @@
   bundle) at the version of the plotly.js inside the plotly wheel, and loads it, as a blocking
   script before any other, only on pages that draw a plotly figure, followed by
   ``mha-figures.js`` (text alternatives, phone layouts; see ``mha_lib.book.plotly_mime``);
+  on the page of the language-model explorer (``mha_lib.viz.text_explorer``) only, its script
+  ``mha-lm.js`` after them;
 * adds the site's stylesheet ``mha-site.css`` (no sideways scrolling on a phone, link
   contrast, the kernel-free explorer's controls) and ``mha-site.js`` (scrollable regions
   reachable with the keyboard);
@@ -49,6 +51,8 @@ PLOTLY_JS_SHA256 = "79542150855a52c567260e3137095dbe2b744e6d702a5cabe67da246942f
 FIGURES_JS = "mha-figures.js"
 SITE_CSS = "mha-site.css"
 SITE_JS = "mha-site.js"
+LM_JS = "mha-lm.js"
+_LM_MARKER = 'id="lm-input"'  # the text box of mha_lib.viz.text_explorer.text_explorer_html
 # The theme's Font Awesome script tag (pydata-sphinx-theme 0.15: vendor/fontawesome/<v>/js/all.min.js)
 _FONTAWESOME_JS = re.compile(r'\s*<script src="[^"]*fontawesome/[^"]*/js/all\.min\.js[^"]*"></script>')
 # Preloads of the brands and regular web fonts, which no page uses (the theme's icons are solid)
@@ -97,6 +101,12 @@ def _drop_widget_state(app, doctree) -> None:
         del js_files[key]
 
 
+def _lm_js_on_its_page_only(app, config) -> None:
+    # Jupyter Book lists every .js under _static in html_js_files (every page would load it)
+    config.html_js_files = [f for f in (config.html_js_files or [])
+                            if (f[0] if isinstance(f, (tuple, list)) else f) != LM_JS]
+
+
 def _mathjax_components(app, config) -> None:
     if getattr(config, "mathjax_path", "").endswith("mathjax/tex-chtml.js"):  # sphinx-mathjax-offline
         config.mathjax_path = "mathjax/startup.js"
@@ -110,6 +120,8 @@ def _page_assets(app, pagename, templatename, context, doctree) -> None:
     if "plotly-graph-div" in body:
         app.add_js_file(PLOTLY_JS, priority=1)
         app.add_js_file(FIGURES_JS, priority=2)
+        if _LM_MARKER in body:
+            app.add_js_file(LM_JS, priority=3)
     if not _DESIGN_CLASS.search(body):
         for key in ("css_files", "script_files"):
             context[key] = [asset for asset in context.get(key, [])
@@ -288,6 +300,7 @@ def setup(app):
     app.connect("builder-inited", _check_plotly_js)
     app.connect("doctree-read", _drop_widget_state)
     app.connect("config-inited", _mathjax_components)
+    app.connect("config-inited", _lm_js_on_its_page_only)
     app.connect("html-page-context", _page_assets)
     app.connect("build-finished", _lighten_pages)
     app.add_css_file(SITE_CSS)
