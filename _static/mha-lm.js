@@ -339,13 +339,14 @@
   var TICK_PX = 13;  // room for one tick label across its axis
 
   /* Panels of the H heads of one layer: as many columns as fit panels of at least
-   * max(150, 13 px per token) px; tick labels thinned and turned when they would overlap. */
+   * max(150, 13 px per token) px (100 on a phone); tick labels thinned and turned when they
+   * would overlap. mha_lib.viz.text_explorer._grid lays out the live figure the same way. */
   function panelGrid(tokens, H, width, narrow) {
     var L = tokens.length, longest = 1;
     tokens.forEach(function (t) { longest = Math.max(longest, Math.min(t.length, 14)); });
-    var margin = {l: Math.round(longest * CHAR_PX) + 44, r: narrow ? 58 : 86, t: 12, b: 8};
+    var margin = {l: Math.round(longest * CHAR_PX) + (narrow ? 34 : 44), r: narrow ? 56 : 86, t: 12, b: 8};
     var plotW = Math.max(120, width - margin.l - margin.r), gap = 18;
-    var minPanel = Math.max(narrow ? 120 : 150, TICK_PX * L);
+    var minPanel = Math.max(narrow ? 100 : 150, TICK_PX * L);
     var cols = Math.max(1, Math.min(H, Math.floor((plotW + gap) / (minPanel + gap))));
     if (cols === 3 && H === 4) cols = 2;  // 2 x 2 rather than 3 + 1
     var panel = (plotW - gap * (cols - 1)) / cols;
