@@ -6,10 +6,10 @@
   model as :func:`mha_lib.lm.export` writes it, and ``_static/mha-lm.js`` runs its forward
   pass in the browser (the book's Sphinx extension loads that script on the page).
 
-Both read a text the same way (:func:`_read`): its first :data:`MAX_TOKENS` tokens, every
+Both read a text the same way (:func:`_read`): its first ``_MAX_TOKENS`` tokens, every
 layer's and head's attention weights (``StoryLM(..., need_weights=True)``), and the model's
 greedy continuation (:meth:`~mha_lib.lm.StoryLM.generate`: at most
-:data:`CONTINUATION_TOKENS` tokens, up to the first "."). The figure shows the heads of one
+``_CONTINUATION_TOKENS`` tokens, up to the first "."). The figure shows the heads of one
 layer at a time, one heatmap each: keys on x, queries on y, the tokens as tick labels, and
 grey where a query cannot look (later keys). Its data holds every layer: N*H heatmap traces,
 trace ``n*H + h`` for head ``h`` of layer ``n`` with ``meta={"layer": n, "head": h}``, those of
@@ -42,22 +42,18 @@ from mha_lib.stories import Tokenizer
 from mha_lib.viz.heatmaps import MASKED_COLOR
 
 __all__ = [
-    "CONTINUATION_TOKENS",
-    "DEFAULT_TEXT",
-    "EXAMPLES",
-    "MAX_TOKENS",
     "explore_text",
     "text_explorer_html",
 ]
 
-MAX_TOKENS = 128
+_MAX_TOKENS = 128
 """The explorers read at most this many tokens of a text (the stories are shorter)."""
-CONTINUATION_TOKENS = 12
+_CONTINUATION_TOKENS = 12
 """The continuation has at most this many tokens; it stops after the first "."."""
 _STOP = "."
-DEFAULT_TEXT = "Mia has a red kite. Leo helps Mia because she"
+_DEFAULT_TEXT = "Mia has a red kite. Leo helps Mia because she"
 """The text the explorers start with."""
-EXAMPLES = (
+_EXAMPLES = (
     ("a pronoun", "Mia helps Leo because she"),
     ("a colour to recall", "Leo has a red kite. Zoe has a blue ball. Later, Leo's kite is"),
     ("whose thing", "Ivy and Omar walk to the beach. Omar brings a drum. His"),
@@ -81,7 +77,7 @@ class _Reading:
     """What the model makes of a text.
 
     Attributes:
-        tokens: the tokens read (the first ``MAX_TOKENS`` of ``tokenizer.tokenize(text)``).
+        tokens: the tokens read (the first ``_MAX_TOKENS`` of ``tokenizer.tokenize(text)``).
         ids: their ids (``unk_id`` for unknown words).
         truncated: the text had more tokens than were read.
         weights: (N, H, L, L) float64 attention weights, 0 at later keys.
@@ -158,15 +154,15 @@ def _suggestions(tokenizer: Tokenizer, token: str, position: int, logits: np.nda
 def _read(model: lm.StoryLM, tokenizer: Tokenizer, text: str) -> _Reading:
     """Read ``text`` with the model: tokens, weights, continuation, unknown words."""
     tokens = tokenizer.tokenize(text)
-    truncated = len(tokens) > MAX_TOKENS
-    tokens = tokens[:MAX_TOKENS]
-    ids = tokenizer.encode(text)[:MAX_TOKENS]
+    truncated = len(tokens) > _MAX_TOKENS
+    tokens = tokens[:_MAX_TOKENS]
+    ids = tokenizer.encode(text)[:_MAX_TOKENS]
     N, H = model.config.num_layers, model.config.num_heads
     if not ids:
         return _Reading([], [], False, np.zeros((N, H, 0, 0)), [], "", [])
     with eval_mode(model):
         logits, weights = model(torch.tensor([ids]), need_weights=True)  # (1, L, V), (1, N, H, L, L)
-    new = model.generate([ids], CONTINUATION_TOKENS)[0]
+    new = model.generate([ids], _CONTINUATION_TOKENS)[0]
     stop = tokenizer.vocab.index(_STOP)
     if stop in new:
         new = new[: new.index(stop) + 1]
@@ -272,7 +268,7 @@ def _tokens_html(reading: _Reading) -> str:
         f'{" title=&quot;not in the vocabulary: read as &lt;unk&gt;&quot;" if t in unknown else ""}>'
         f"{html.escape(t)}</span>" for t in reading.tokens)
     parts = [f"<p>The model reads {len(reading.tokens)} token{'s' * (len(reading.tokens) > 1)}: {chips}"
-             + (f" (only the first {MAX_TOKENS} are read)" if reading.truncated else "") + "</p>"]
+             + (f" (only the first {_MAX_TOKENS} are read)" if reading.truncated else "") + "</p>"]
     if reading.unknown:
         words = ", ".join(f"“{html.escape(u[0])}”" for u in reading.unknown)
         tries = "; ".join(f"“{html.escape(u[0])}” → {', '.join(u[2])}" for u in reading.unknown)
@@ -297,7 +293,7 @@ class _TextExplorer(widgets.VBox):
     Attributes:
         text: the ``Text`` box; every change reads the text again and redraws.
         layer: ``ToggleButtons`` choosing the layer whose heads are shown.
-        examples: one ``Button`` per entry of :data:`EXAMPLES` (a click puts its text in the box).
+        examples: one ``Button`` per entry of ``_EXAMPLES`` (a click puts its text in the box).
         tokens: ``HTML``, the tokens read (unknown words dashed) and a hint about unknown words.
         continuation: ``HTML``, the model's greedy continuation.
         figure: the plotly ``FigureWidget``, updated in place: N*H heatmap traces, trace
@@ -313,8 +309,8 @@ class _TextExplorer(widgets.VBox):
         self.layer = widgets.ToggleButtons(options=[(f"layer {n}", n) for n in range(N)], value=0,
                                            description="layer")
         self.examples = tuple(widgets.Button(description=label, tooltip=example)
-                              for label, example in EXAMPLES)
-        for button, (_, example) in zip(self.examples, EXAMPLES):
+                              for label, example in _EXAMPLES)
+        for button, (_, example) in zip(self.examples, _EXAMPLES):
             button.on_click(lambda _, example=example: setattr(self.text, "value", example))
         self.tokens, self.continuation = widgets.HTML(), widgets.HTML()
         self.reading = _read(model, tokenizer, text)
@@ -346,7 +342,7 @@ class _TextExplorer(widgets.VBox):
 
 
 def explore_text(model: lm.StoryLM | None = None, tokenizer: Tokenizer | None = None,
-                 text: str = DEFAULT_TEXT) -> _TextExplorer:
+                 text: str = _DEFAULT_TEXT) -> _TextExplorer:
     """Type a sentence and watch every head of the story language model read it (live, Jupyter).
 
     A text box (``.text``), example buttons, the tokens the model reads (words it does not
@@ -376,7 +372,7 @@ def explore_text(model: lm.StoryLM | None = None, tokenizer: Tokenizer | None = 
 # --- the website's explorer -----------------------------------------------------------------------
 
 def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | None = None,
-                       text: str = DEFAULT_TEXT) -> str:
+                       text: str = _DEFAULT_TEXT) -> str:
     """HTML of the kernel-free explorer for the website: the model runs in the page.
 
     The fragment holds the controls (``<input id="lm-input">``, example buttons, a layer
@@ -396,11 +392,11 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
     model, tokenizer = _check_pair(model, tokenizer)
     text = _check_text(text)
     exported = json.dumps(lm.export(model, tokenizer), separators=(",", ":")).replace("</", "<\\/")
-    settings = json.dumps({"max_tokens": MAX_TOKENS, "continuation_tokens": CONTINUATION_TOKENS,
+    settings = json.dumps({"max_tokens": _MAX_TOKENS, "continuation_tokens": _CONTINUATION_TOKENS,
                            "stop": _STOP}, separators=(",", ":"))
     examples = "".join(
         f'<button type="button" class="mha-lm-example" data-text="{html.escape(example, quote=True)}">'
-        f"{html.escape(label)}</button>" for label, example in EXAMPLES)
+        f"{html.escape(label)}</button>" for label, example in _EXAMPLES)
     layers = "".join(
         f'<label><input type="radio" name="lm-layer" value="{n}"{" checked" if n == 0 else ""}> '
         f"layer {n}</label>" for n in range(model.config.num_layers))

@@ -6,9 +6,12 @@ the book's scripts from ``_static``, nothing else) so the test needs no book bui
 built website holds chapter 12, its real page is tested too (cold weight, offline, the same
 equality). The test types sentences (known words, unknown words, punctuation, a text longer
 than the explorer reads) and compares every layer's and head's weights, read from the page's
-plotly traces, with ``StoryLM(ids, need_weights=True)`` to 1e-4, and the greedy continuation
-with ``StoryLM.generate``: at 1366 x 900 and 390 x 844, keyboard only, no request leaving the
-loopback server, no console error, axe-core clean. A grouped-query model checks the key/value
+plotly traces, with PyTorch's (``StoryLM(ids, need_weights=True)``) to 1e-4, the greedy
+continuation with ``StoryLM.generate``'s and the words offered for unknown ones, all as the
+live explorer reads them (``mha_lib.viz.text_explorer._read``, which
+``tests/viz/test_text_explorer.py`` checks against the model itself): at 1366 x 900 and
+390 x 844, keyboard only, no request leaving the loopback server, no console error, axe-core
+clean. A grouped-query model checks the key/value
 head sharing of the page's forward pass.
 """
 
@@ -27,9 +30,10 @@ import torch
 from conftest import SITE_DIR, VIEWPORTS, _QuietHandler
 from mha_lib import lm
 from mha_lib.book.sphinx_ext import FIGURES_JS, LM_JS, PLOTLY_JS, STATIC
+from mha_lib.stories import GENDER as NAMES
 from mha_lib.stories import Tokenizer, sample_stories
 from mha_lib.viz import text_explorer_html
-from mha_lib.viz.text_explorer import CONTINUATION_TOKENS, DEFAULT_TEXT, EXAMPLES, MAX_TOKENS
+from mha_lib.viz.text_explorer import _DEFAULT_TEXT, _EXAMPLES, _read, _Reading
 
 CHAPTER = "chapters/12_language_model.html"
 MAX_PAGE_BYTES = 3_000_000  # a first visit, uncompressed (as tests/browser/test_site.py)
@@ -92,17 +96,10 @@ def site_url(pages):  # overrides conftest's: open_context then serves these pag
     server.shutdown()
 
 
-def _expected(model: lm.StoryLM, tokenizer: Tokenizer, text: str) -> dict:
-    """What PyTorch makes of ``text``: tokens, (N, H, L, L) weights, continuation and its text."""
-    ids = tokenizer.encode(text)[:MAX_TOKENS]
-    with torch.no_grad():
-        _, weights = model(torch.tensor([ids]), need_weights=True)  # (1, N, H, L, L)
-    new = model.generate([ids], CONTINUATION_TOKENS)[0]
-    dot = tokenizer.vocab.index(".")
-    new = new[: new.index(dot) + 1] if dot in new else new
-    return {"tokens": tokenizer.tokenize(text)[:MAX_TOKENS], "weights": weights[0].double().numpy(),
-            "continuation": new, "added": tokenizer.decode(ids + new)[len(tokenizer.decode(ids)):],
-            "unknown": tokenizer.unknown(" ".join(tokenizer.tokenize(text)[:MAX_TOKENS]))}
+def _expected(model: lm.StoryLM, tokenizer: Tokenizer, text: str) -> _Reading:
+    """What PyTorch makes of ``text`` (the live explorer's reading, which tests/viz checks
+    against the model): tokens, (N, H, L, L) weights, continuation, unknown words."""
+    return _read(model, tokenizer, text)
 
 
 # What the page shows: every heatmap trace (meta, visibility, z, its axes' tick labels), the
@@ -172,9 +169,9 @@ def _type(page, text: str) -> None:
 
 def _compare(shown: dict, expected: dict, layer: int = 0) -> float:
     """Assert the page shows PyTorch's weights and continuation; the largest |difference|."""
-    weights = expected["weights"]
+    weights = expected.weights
     N, H, L, _ = weights.shape
-    assert shown["tokens"] == expected["tokens"]
+    assert shown["tokens"] == expected.tokens
     assert [t["meta"] for t in shown["traces"]] == [{"layer": n, "head": h} for n in range(N) for h in range(H)]
     step = 1 if L <= 40 else None  # long texts: the tick labels are thinned on small panels
     worst = 0.0
@@ -187,13 +184,15 @@ def _compare(shown: dict, expected: dict, layer: int = 0) -> float:
         assert np.isnan(z[future]).all() and not np.isnan(z[~future]).any()
         worst = max(worst, float(np.abs(z[~future] - weights[n, h][~future]).max()))
         if step:
-            assert trace["x"] == expected["tokens"] and trace["y"] == expected["tokens"]
+            assert trace["x"] == expected.tokens and trace["y"] == expected.tokens
         else:
-            assert set(trace["x"]) <= set(expected["tokens"]) and trace["x"][0] == expected["tokens"][0]
+            assert set(trace["x"]) <= set(expected.tokens) and trace["x"][0] == expected.tokens[0]
     assert worst <= ATOL, f"page and PyTorch differ by {worst}"
-    assert shown["continuation"] == expected["continuation"]
-    assert shown["added"] == expected["added"]
-    assert shown["marked"] == [t for t in expected["tokens"] if t in expected["unknown"]]
+    assert shown["continuation"] == expected.continuation
+    assert shown["added"] == expected.continuation_text
+    unknown = [u[0] for u in expected.unknown]
+    assert shown["marked"] == [t for t in expected.tokens if t in unknown]
+    assert shown["suggestions"] == [w.capitalize() if w in NAMES else w for u in expected.unknown for w in u[2]]
     assert shown["titles"] == [f"layer {layer}, head {h}" for h in range(H)]
     return worst
 
@@ -213,7 +212,7 @@ def _no_sideways_scroll(page, viewport: str) -> None:
 def test_the_page_computes_what_pytorch_computes(open_context, site_url, shipped, screenshot_dir, viewport):
     page = _open(open_context, site_url, viewport)
     model, tokenizer = shipped
-    worst = _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, DEFAULT_TEXT))
+    worst = _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, _DEFAULT_TEXT))
     assert _tab_to(page, "#lm-input") == 1  # the first stop on the page
     for text in SENTENCES:
         _type(page, text)
@@ -232,7 +231,7 @@ def test_the_page_computes_what_pytorch_computes(open_context, site_url, shipped
 def test_grouped_query_heads_share_their_keys_in_the_page(open_context, site_url):
     page = _open(open_context, site_url, path="gqa.html")
     model, tokenizer = _gqa_model(), Tokenizer()
-    _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, DEFAULT_TEXT))
+    _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, _DEFAULT_TEXT))
     page.locator("#lm-input").focus()
     for text in SENTENCES[1:3]:
         _type(page, text)
@@ -246,7 +245,7 @@ def test_examples_suggestions_layers_and_write_on_from_the_keyboard(open_context
     model, tokenizer = shipped
     # the examples: Tab from the text box, Enter on "unknown words"
     _tab_to(page, "#lm-input")
-    label, example = EXAMPLES[-1]
+    label, example = _EXAMPLES[-1]
     _tab_to(page, f".mha-lm-example[data-text='{example}']")
     before = _rendered(page)
     page.keyboard.press("Enter")
@@ -307,7 +306,7 @@ def test_the_page_works_from_a_file_without_any_server(browser, pages, shipped):
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto((pages / "index.html").as_uri(), wait_until="load")
         page.wait_for_function("() => Number(document.getElementById('mha-lm').dataset.rendered) >= 1")
-        _compare(page.evaluate(_READ_JS), _expected(*shipped, DEFAULT_TEXT))
+        _compare(page.evaluate(_READ_JS), _expected(*shipped, _DEFAULT_TEXT))
         assert requests == [] and errors == []
     finally:
         context.close()

@@ -5,7 +5,8 @@ shipped model), with the server and page of :mod:`mha_lib.book.lab`; runs it, ty
 sentence into the explorer's text box from the keyboard, and checks that the FigureWidget
 redraws: its heatmap traces (``meta={"layer": n, "head": h}``) hold the model's weights for the
 new tokens (to 1e-4, as the website's explorer), the tick labels are the tokens, the
-continuation is the greedy one. No request leaves the loopback server.
+continuation is the greedy one (both as ``mha_lib.viz.text_explorer._read`` computes them,
+which ``tests/viz/test_text_explorer.py`` checks against the model itself). No request leaves the loopback server.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ from __future__ import annotations
 import nbformat
 import numpy as np
 import pytest
-import torch
 
 from mha_lib import lm
 from mha_lib.book import lab
 from mha_lib.book.notebooks import set_kernel_metadata
-from mha_lib.viz.text_explorer import CONTINUATION_TOKENS
+from mha_lib.viz.text_explorer import _read
 
 TYPED = "Leo helps Mia because he"
 
@@ -71,22 +71,16 @@ def test_typing_into_explore_text_redraws_its_heads(lab_page):
     page.wait_for_timeout(500)  # the continuation's HTML comes in the same update
     shown = page.evaluate(_FIGURE_JS)
 
-    ids = tokenizer.encode(TYPED)
-    with torch.no_grad():
-        _, weights = model(torch.tensor([ids]), need_weights=True)  # (1, N, H, L, L)
-    N, H, L = model.config.num_layers, model.config.num_heads, len(ids)
+    expected = _read(model, tokenizer, TYPED)  # which tests/viz checks against the model
+    N, H = model.config.num_layers, model.config.num_heads
     assert [t["meta"] for t in shown["traces"]] == [{"layer": n, "head": h} for n in range(N) for h in range(H)]
+    future = np.triu(np.ones((len(tokens), len(tokens)), dtype=bool), k=1)
     for trace in shown["traces"]:
         n, h = trace["meta"]["layer"], trace["meta"]["head"]
         z = np.array([[np.nan if w is None else w for w in row] for row in trace["z"]], dtype=float)
-        expected = weights[0, n, h].double().numpy()
-        future = np.triu(np.ones((L, L), dtype=bool), k=1)
         assert np.isnan(z[future]).all()
-        np.testing.assert_allclose(z[~future], expected[~future], rtol=0, atol=1e-4)
+        np.testing.assert_allclose(z[~future], expected.weights[n, h][~future], rtol=0, atol=1e-4)
         assert trace["visible"] is (n == 0)
-    new = model.generate([ids], CONTINUATION_TOKENS)[0]
-    dot = tokenizer.vocab.index(".")
-    new = new[: new.index(dot) + 1] if dot in new else new
-    assert shown["said"] == [tokenizer.decode(ids + new)[len(tokenizer.decode(ids)):]]
+    assert shown["said"] == [expected.continuation_text]
     assert lab._bad_outputs(page) == []
     assert page.external_requests == []

@@ -19,7 +19,7 @@ import torch
 from mha_lib import lm
 from mha_lib.stories import Tokenizer
 from mha_lib.viz import explore_text, text_explorer_html
-from mha_lib.viz.text_explorer import CONTINUATION_TOKENS, DEFAULT_TEXT, EXAMPLES, MAX_TOKENS, _suggestions
+from mha_lib.viz.text_explorer import _CONTINUATION_TOKENS, _DEFAULT_TEXT, _EXAMPLES, _MAX_TOKENS, _suggestions
 
 TOKENIZER = Tokenizer()
 
@@ -36,11 +36,11 @@ def model() -> lm.StoryLM:
 
 def _expected(model: lm.StoryLM, text: str) -> tuple[list[str], np.ndarray, list[int], str]:
     """Tokens, (N, H, L, L) weights, greedy continuation (up to the first ".") and its text."""
-    tokens = TOKENIZER.tokenize(text)[:MAX_TOKENS]
-    ids = TOKENIZER.encode(text)[:MAX_TOKENS]
+    tokens = TOKENIZER.tokenize(text)[:_MAX_TOKENS]
+    ids = TOKENIZER.encode(text)[:_MAX_TOKENS]
     with torch.no_grad():
         _, weights = model(torch.tensor([ids]), need_weights=True)  # (1, N, H, L, L)
-    new = model.generate([ids], CONTINUATION_TOKENS)[0]
+    new = model.generate([ids], _CONTINUATION_TOKENS)[0]
     dot = TOKENIZER.vocab.index(".")
     new = new[: new.index(dot) + 1] if dot in new else new
     added = TOKENIZER.decode(ids + new)[len(TOKENIZER.decode(ids)):]
@@ -88,7 +88,7 @@ def test_the_layer_choice_shows_that_layers_heads(model):
     explorer = explore_text(model, TOKENIZER)
     assert explorer.layer.options == (("layer 0", 0), ("layer 1", 1))
     explorer.layer.value = 1
-    _assert_figure_shows(explorer, model, DEFAULT_TEXT, layer=1)
+    _assert_figure_shows(explorer, model, _DEFAULT_TEXT, layer=1)
     explorer.text.value = "Zoe sings"  # a new text keeps the chosen layer
     _assert_figure_shows(explorer, model, "Zoe sings", layer=1)
 
@@ -97,7 +97,7 @@ def test_the_continuation_is_the_greedy_one(model):
     explorer = explore_text(model, TOKENIZER, text="Ivy and Omar walk to the beach. Omar brings a drum. His")
     _, _, new, added = _expected(model, explorer.text.value)
     assert explorer.reading.continuation == new and explorer.reading.continuation_text == added
-    assert 1 <= len(new) <= CONTINUATION_TOKENS
+    assert 1 <= len(new) <= _CONTINUATION_TOKENS
     assert html.escape(added) in explorer.continuation.value
 
 
@@ -126,10 +126,10 @@ def test_suggestions_follow_the_spelling_and_the_model(model):
 
 def test_example_buttons_put_their_text_in_the_box(model):
     explorer = explore_text(model, TOKENIZER)
-    assert [b.description for b in explorer.examples] == [label for label, _ in EXAMPLES]
+    assert [b.description for b in explorer.examples] == [label for label, _ in _EXAMPLES]
     explorer.examples[1].click()
-    assert explorer.text.value == EXAMPLES[1][1]
-    _assert_figure_shows(explorer, model, EXAMPLES[1][1])
+    assert explorer.text.value == _EXAMPLES[1][1]
+    _assert_figure_shows(explorer, model, _EXAMPLES[1][1])
 
 
 def test_empty_and_long_texts(model):
@@ -138,16 +138,16 @@ def test_empty_and_long_texts(model):
     assert all(len(t.z) == 0 for t in explorer.figure.data)
     long = "Mia has a red kite. " * 30  # 180 tokens
     explorer.text.value = long
-    assert len(explorer.reading.tokens) == MAX_TOKENS and explorer.reading.truncated
-    assert f"only the first {MAX_TOKENS}" in explorer.tokens.value
-    assert len(explorer.figure.data[0].z) == MAX_TOKENS
+    assert len(explorer.reading.tokens) == _MAX_TOKENS and explorer.reading.truncated
+    assert f"only the first {_MAX_TOKENS}" in explorer.tokens.value
+    assert len(explorer.figure.data[0].z) == _MAX_TOKENS
 
 
 def test_defaults_are_the_shipped_model(model, monkeypatch):
     calls = []
     monkeypatch.setattr(lm, "load_pretrained", lambda: calls.append(1) or (model, TOKENIZER))
     explorer = explore_text()
-    assert explorer.text.value == DEFAULT_TEXT and explorer.model is model and calls == [1]
+    assert explorer.text.value == _DEFAULT_TEXT and explorer.model is model and calls == [1]
     assert json.loads(_page_model(text_explorer_html())) == lm.export(model, TOKENIZER)
     assert calls == [1, 1]
 
@@ -164,12 +164,12 @@ def test_the_website_fragment_embeds_the_model_and_its_controls(model):
     assert fragment.count("</script>") == 1  # the text and the JSON cannot close the script early
     assert 'id="lm-input"' in fragment and 'value="Mia says &quot;hi&quot; &lt;/script&gt;"' in fragment
     assert re.search(r'<label for="lm-input">', fragment)
-    assert fragment.count('class="mha-lm-example"') == len(EXAMPLES)
+    assert fragment.count('class="mha-lm-example"') == len(_EXAMPLES)
     assert fragment.count('name="lm-layer"') == model.config.num_layers
     assert 'class="plotly-graph-div' in fragment  # the book's extension then loads plotly.js
     assert "https://" not in fragment and "http://" not in fragment
     settings = json.loads(html.unescape(re.search(r'data-settings="([^"]*)"', fragment).group(1)))
-    assert settings == {"max_tokens": MAX_TOKENS, "continuation_tokens": CONTINUATION_TOKENS, "stop": "."}
+    assert settings == {"max_tokens": _MAX_TOKENS, "continuation_tokens": _CONTINUATION_TOKENS, "stop": "."}
 
 
 @pytest.mark.parametrize("call", [explore_text, text_explorer_html])
