@@ -39,7 +39,8 @@
     ".mha-lm button:focus-visible,.mha-lm input:focus-visible,.mha-lm summary:focus-visible{",
     "outline:3px solid var(--pst-color-primary,#1a4f8b);outline-offset:2px}",
     ".mha-lm fieldset{border:0;padding:0;margin:0.25rem 0;display:flex;flex-wrap:wrap;gap:0.25rem 1rem;align-items:center}",
-    ".mha-lm fieldset legend{float:left;margin-right:0.5rem;padding:0}",
+    ".mha-lm fieldset legend{float:left;width:auto;margin:0 0.5rem 0 0;padding:0;font-size:1rem;line-height:inherit}",
+    ".mha-lm fieldset legend+*{clear:none}",
     ".mha-lm fieldset label{font-weight:400;display:inline-flex;align-items:center;gap:0.3rem;min-height:2.75rem}",
     ".mha-lm input[type=radio]{width:1.1rem;height:1.1rem;accent-color:#3b528b}",
     "html[data-theme=dark] .mha-lm input[type=radio]{accent-color:#8ab4f8}",
@@ -583,9 +584,19 @@
     root.querySelectorAll("input[name=lm-layer]").forEach(function (radio) {
       radio.addEventListener("change", function () { Promise.resolve(draw()).then(finish); });
     });
-    window.addEventListener("resize", function () {
-      if (api.state && Math.abs(gd.clientWidth - shownWidth) > 4) Promise.resolve(draw()).then(finish);
-    });
+    // the figure is laid out for its width: draw again when that changes (a window resized or
+    // turned, the theme's sidebars opened or closed, the page's styles arriving after the drawing)
+    var refit = false;
+    function resized() {
+      if (refit || !api.state || Math.abs(gd.clientWidth - shownWidth) <= 4) return;
+      refit = true;
+      requestAnimationFrame(function () {
+        refit = false;
+        if (Math.abs(gd.clientWidth - shownWidth) > 4) Promise.resolve(draw()).then(finish);
+      });
+    }
+    if (window.ResizeObserver) new ResizeObserver(resized).observe(root);
+    window.addEventListener("resize", resized);
     api.update = update;
     update();
     return api;
