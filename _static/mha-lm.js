@@ -12,12 +12,10 @@
  *   rotary on q and k (pairs (2i, 2i+1), angle p * base^(-2i/d)); query head h reads the
  *   key/value head h / (H / Hkv); causal softmax(q k / sqrt(d)); x += W_o concat + b_o;
  *   x += W_2 relu(W_1 LN2(x) + b_1) + b_2;  logits = W_out LN(x) + b_out.
- * Greedy continuation: the most likely token, up to config.continuation_tokens of them,
- * stopping after the first ".", as mha_lib.viz.text_explorer does with StoryLM.generate.
- *
- * For tests, the explorer's root element carries .mhaLM = {model, state} and data-rendered
- * (a counter bumped when a reading is drawn); every heatmap trace carries
- * meta = {layer, head} and holds that head's weights for every layer (other layers hidden).
+ * Greedy continuation: up to settings.continuation_tokens tokens, up to the first "." (as
+ * mha_lib.viz.text_explorer does with StoryLM.generate). For tests: the root element carries
+ * .mhaLM = {model, state} and data-rendered (bumped at each drawing); heatmap trace n*H + h
+ * holds head h of layer n, meta = {layer: n, head: h} (other layers' traces hidden).
  */
 (function () {
   "use strict";
@@ -26,8 +24,7 @@
   var MASKED_COLOR = "#c8c8c8";  // as mha_lib.viz.heatmaps.MASKED_COLOR: future keys
   var PLOT_CONFIG = {responsive: true, displaylogo: false, displayModeBar: false};
   var CSS = [
-    ".mha-lm{margin:0.5rem 0 1rem}",
-    ".mha-lm label,.mha-lm legend{font-weight:600}",
+    ".mha-lm{margin:0.5rem 0 1rem}.mha-lm label,.mha-lm legend{font-weight:600}",
     ".mha-lm-row{display:flex;flex-wrap:wrap;gap:0.5rem;align-items:center;margin:0.25rem 0 0.5rem}",
     ".mha-lm input[type=text]{flex:1 1 16rem;min-width:0;min-height:2.75rem;font-size:1rem;",
     "padding:0.4rem 0.6rem;border:1px solid var(--pst-color-border,#8a8a8a);border-radius:0.25rem;",
@@ -50,13 +47,11 @@
     "font-size:0.9em;line-height:1.6}",
     ".mha-lm-tok.mha-lm-unk{border:2px dashed #b35900;font-style:italic}",
     "html[data-theme=dark] .mha-lm-tok.mha-lm-unk{border-color:#ffb366}",
-    ".mha-lm-hint{margin:0.25rem 0 0.5rem}",
-    ".mha-lm-hint p{margin:0.25rem 0}",
+    ".mha-lm-hint{margin:0.25rem 0 0.5rem}.mha-lm-hint p{margin:0.25rem 0}",
     ".mha-lm-continuation{margin:0.5rem 0;font-size:1.05rem}",
     ".mha-lm-continuation strong{border-bottom:2px solid var(--pst-color-primary,#1a4f8b)}",
     ".mha-lm-sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}",
-    ".mha-lm details{margin:0.5rem 0}",
-    ".mha-lm summary{cursor:pointer;min-height:2rem}",
+    ".mha-lm details{margin:0.5rem 0}.mha-lm summary{cursor:pointer;min-height:2rem}",
     ".mha-lm-figure{width:100%;max-width:100%}"
   ].join("");
 
@@ -251,10 +246,14 @@
     return tokens.map(function (t) { return t in ids ? ids[t] : unk; });
   };
 
-  Model.prototype.detokenize = function (tokens) {  // as mha_lib.stories.detokenize
-    var words = [], start = true, names = this.names;
-    tokens.forEach(function (token) {
-      var word = (start || names[token]) && /^[a-z]+$/i.test(token)
+  /* Text for token ids, as Tokenizer.decode: <pad> dropped, no space before punctuation,
+   * capitals for names and sentence starts (mha_lib.stories.detokenize). */
+  Model.prototype.decode = function (ids) {
+    var words = [], start = true, self = this;
+    ids.forEach(function (id) {
+      if (id === self.padId) return;
+      var token = self.vocab[id];
+      var word = (start || self.names[token]) && /^[a-z]+$/i.test(token)
         ? token.charAt(0).toUpperCase() + token.slice(1).toLowerCase() : token;
       if (words.length && PUNCTUATION[token]) words[words.length - 1] += word;
       else words.push(word);
@@ -262,11 +261,6 @@
       else if (!PUNCTUATION[token]) start = false;
     });
     return words.join(" ");
-  };
-
-  Model.prototype.decode = function (ids) {  // as Tokenizer.decode: <pad> dropped
-    var vocab = this.vocab, pad = this.padId;
-    return this.detokenize(ids.filter(function (i) { return i !== pad; }).map(function (i) { return vocab[i]; }));
   };
 
   /* What the continuation adds to the text: decode(ids + new) minus decode(ids). */
@@ -433,13 +427,6 @@
     return node;
   }
 
-  function addStyle() {
-    if (document.getElementById("mha-lm-style")) return;
-    var style = el("style", {id: "mha-lm-style"});
-    style.textContent = CSS;
-    document.head.appendChild(style);
-  }
-
   function replaceWord(text, word, replacement) {
     var escaped = word.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
     var pattern = /^[a-z0-9']+$/.test(word)
@@ -453,7 +440,7 @@
     var source = document.getElementById(root.getAttribute("data-model"));
     var settings = JSON.parse(root.getAttribute("data-settings"));
     var model = new Model(JSON.parse(source.textContent));
-    addStyle();
+    if (!document.getElementById("mha-lm-style")) document.head.appendChild(el("style", {id: "mha-lm-style", text: CSS}));
     var input = root.querySelector("#lm-input"), form = root.querySelector("form");
     var tokensBox = root.querySelector(".mha-lm-tokens"), hint = root.querySelector(".mha-lm-hint");
     var said = root.querySelector(".mha-lm-continuation"), gd = root.querySelector(".mha-lm-figure");
