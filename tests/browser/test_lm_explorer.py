@@ -336,7 +336,8 @@ def test_the_chapter_page(open_context, site_url, pages, shipped, screenshot_dir
     transferred = _cold_weight(page)
     print(f"\n{CHAPTER} at {viewport}, first visit: {transferred} bytes")
     assert transferred <= MAX_PAGE_BYTES
-    scripts = page.evaluate("() => [...document.scripts].map((s) => s.src).filter((s) => s.endsWith('mha-lm.js'))")
+    scripts = page.evaluate("() => [...document.scripts].filter((s) => s.src && new URL(s.src).pathname.endsWith('/mha-lm.js'))"
+                            ".map((s) => s.src)")
     assert len(scripts) == 1
     page.locator("#lm-input").focus()
     _type(page, SENTENCES[1])
