@@ -102,6 +102,8 @@ def _check_pair(model: object, tokenizer: object) -> tuple[lm.StoryLM, Tokenizer
         return lm.load_pretrained()
     if not isinstance(model, lm.StoryLM):
         raise ValueError(f"model must be a mha_lib.lm.StoryLM (or None with tokenizer None), got {type(model).__name__}")
+    if any(p.device.type == "meta" for p in model.parameters()):
+        raise ValueError("model must hold real weights, got a StoryLM on the meta device")
     if not isinstance(tokenizer, Tokenizer) or tokenizer.vocab_size != model.config.vocab_size:
         got = f"vocab_size {tokenizer.vocab_size}" if isinstance(tokenizer, Tokenizer) else type(tokenizer).__name__
         raise ValueError(f"tokenizer must be the model's Tokenizer (vocab_size {model.config.vocab_size}), got {got}")
@@ -161,19 +163,20 @@ def _read(model: lm.StoryLM, tokenizer: Tokenizer, text: str) -> _Reading:
     if not ids:
         return _Reading([], [], False, np.zeros((N, H, 0, 0)), [], "", [])
     with eval_mode(model):
-        logits, weights = model(torch.tensor([ids]), need_weights=True)  # (1, L, V), (1, N, H, L, L)
+        device = next(model.parameters()).device
+        logits, weights = model(torch.tensor([ids], device=device), need_weights=True)  # (1, L, V), (1, N, H, L, L)
     new = model.generate([ids], _CONTINUATION_TOKENS)[0]
     stop = tokenizer.vocab.index(_STOP)
     if stop in new:
         new = new[: new.index(stop) + 1]
     head = tokenizer.decode(ids)
-    logits = logits[0].double().numpy()  # (L, V)
+    logits = logits[0].double().cpu().numpy()  # (L, V)
     unknown, seen = [], set()
     for i, (token, token_id) in enumerate(zip(tokens, ids)):
         if token_id == tokenizer.unk_id and token not in seen:
             seen.add(token)
             unknown.append((token, i, _suggestions(tokenizer, token, i, logits)))
-    return _Reading(tokens, ids, truncated, weights[0].double().numpy(), new,
+    return _Reading(tokens, ids, truncated, weights[0].double().cpu().numpy(), new,
                     tokenizer.decode(ids + new)[len(head):], unknown)
 
 

@@ -184,3 +184,7 @@ def test_bad_arguments_name_what_is_wrong(model, call):
         call(model, Tokenizer(["<pad>", "<unk>", "a", "b"]))
     with pytest.raises(ValueError, match="text must be a str, got int"):
         call(model, TOKENIZER, text=3)
+    with torch.device("meta"):
+        ghost = lm.StoryLM(lm.Config())
+    with pytest.raises(ValueError, match="model must hold real weights, got a StoryLM on the meta device"):
+        call(ghost, TOKENIZER)
