@@ -73,19 +73,22 @@ FOODS = ("pear", "cake", "bread", "soup", "plum", "cookie", "banana", "peach", "
          "carrot", "melon")
 ANIMALS = ("dog", "cat", "bird", "duck", "frog", "fish", "horse", "cow", "goat", "sheep", "bee",
            "fox", "hen", "rabbit", "mouse", "snail", "pony", "crab")
+WEATHER = {"sun": "warm", "wind": "soft", "sky": "clear", "grass": "wet", "moon": "bright",
+           "air": "fresh"}
+"""Things of the weather and the one word that always describes them."""
 PRONOUNS = {  # gender -> (subject, object, possessive)
     "f": ("she", "her", "her"),
     "m": ("he", "him", "his"),
 }
 FUNCTION_WORDS = ("a", "the", "is", "has", "brings", "and", "because", "likes", "plays",
-                  "with", "shows", "go", "goes", "walk", "to", "at", "eats", "sees", "one", "day",
-                  "in", "morning", "then", "later", "after", "that", "end", "home", "sun",
-                  "warm", "sky", "clear", "wind", "soft", "night", "everyone", "'s", ".", ",")
+                  "with", "shows", "go", "goes", "walk", "to", "at", "eats", "one", "day",
+                  "in", "morning", "then", "later", "after", "that", "end", "home", "night",
+                  "everyone", "sees", "'s", ".", ",")
 SPECIALS = ("<pad>", "<unk>")
 GENDER = {**{name: "f" for name in FEMALE}, **{name: "m" for name in MALE}}
 """The gender of every name (``"f"`` or ``"m"``), which fixes its pronouns."""
 
-_PUNCTUATION = {".", ",", "'s", "!", "?"}
+_PUNCTUATION = {".", ",", "'s", "!", "?", ":"}
 _TOKEN_RE = re.compile(r"[a-z]+(?:'[a-z]+)*|[0-9]+|\S")
 
 
@@ -209,7 +212,7 @@ def detokenize(tokens: Sequence[str]) -> str:
 
 def _default_vocab() -> list[str]:
     words = (FEMALE + MALE + OBJECTS + COLOURS + PLACES + ACTIONS + FEELINGS + SOCIAL + FOODS
-             + ANIMALS + tuple(PRONOUNS["f"]) + tuple(PRONOUNS["m"]) + FUNCTION_WORDS)
+             + ANIMALS + tuple(WEATHER) + tuple(WEATHER.values()) + tuple(PRONOUNS["f"]) + tuple(PRONOUNS["m"]) + FUNCTION_WORDS)
     return list(SPECIALS) + list(dict.fromkeys(words))
 
 
@@ -246,14 +249,6 @@ class _Character:
         return PRONOUNS[GENDER[self.name]][case]
 
 
-@dataclass
-class _Fact:
-    thing: str  # an object or an animal
-    colour: str
-    owner: _Character | None  # who has it (None: an animal someone saw)
-    colour_at: int  # index of the colour in "a red kite"
-
-
 def _subject(w: _Writer, c: _Character) -> None:
     """Write the name of the sentence's subject; its pronouns will point back here."""
     c.where = w.mark()
@@ -283,7 +278,7 @@ def _sentence(w: _Writer, rng: random.Random, cast: list[_Character]) -> None:
         w.add(*rng.choice((("then", ","), ("later", ","), ("after", "that", ","))))
     a = rng.choice(cast)
     others = [c for c in cast if c is not a]
-    kind = rng.choice(("feeling", "feeling", "likes", "likes", "plays", "shows", "filler"))
+    kind = rng.choice(("feeling", "feeling", "likes", "likes", "plays", "shows", "weather", "filler"))
     if kind == "likes" and others:
         b = rng.choice(others)
         _subject(w, a)
@@ -301,14 +296,11 @@ def _sentence(w: _Writer, rng: random.Random, cast: list[_Character]) -> None:
         _subject(w, a)
         w.add("shows", b.name)
         _possessed(w, a)
+    elif kind == "weather":
+        _weather(w, rng)
     elif kind == "filler":
-        choice = rng.randrange(4)
-        if choice == 0:
-            w.add("the", "sun", "is", "warm") if rng.random() < 0.5 else w.add("the", "wind", "is", "soft")
-        elif choice == 1:
+        if rng.random() < 0.5:
             w.add(a.name, "eats", rng.choice(("a", "the")), rng.choice(FOODS))
-        elif choice == 2:
-            w.add(a.name, "watches", "the", "sky")
         else:
             w.add(a.name, rng.choice(ACTIONS), "at", "the", rng.choice(PLACES))
     else:
@@ -318,27 +310,16 @@ def _sentence(w: _Writer, rng: random.Random, cast: list[_Character]) -> None:
     w.add(".")
 
 
-def _colour_fact(w: _Writer, rng: random.Random, thing: str, owner: _Character | None) -> _Fact:
-    """``a kite . Her kite is red``: the thing, then its colour in a sentence of its own."""
-    w.add("a")
-    thing_at = w.mark()
-    w.add(thing, ".")
-    if owner is None:
-        w.add("the", thing)
-    else:
-        owner.thing, owner.thing_at = thing, thing_at
-        _possessed(w, owner)
-    w.add("is")
-    fact = _Fact(thing, rng.choice(COLOURS), owner, w.mark())
-    w.add(fact.colour)
-    return fact
+def _weather(w: _Writer, rng: random.Random) -> None:
+    """``the sun is warm``: the last word is fixed by the word two before it."""
+    thing = rng.choice(tuple(WEATHER))
+    w.add("the", thing, "is", WEATHER[thing])
 
 
 def _story(rng: random.Random) -> Story:
     w = _Writer()
     size = rng.choice((2, 2, 3))
-    names = rng.sample(FEMALE + MALE, size)
-    cast = [_Character(name) for name in names]
+    cast = [_Character(name) for name in rng.sample(FEMALE + MALE, size)]
     # Opening: who goes where.
     w.add(*rng.choice((("one", "day", ","), ("in", "the", "morning", ","), ())))
     for k, c in enumerate(cast):
@@ -346,36 +327,37 @@ def _story(rng: random.Random) -> Story:
             w.add("and" if k == size - 1 else ",")
         w.add(c.name)
     w.add(rng.choice(("go", "walk")), "to", "the", rng.choice(PLACES), ".")
-    # Who has what, and what they see: the facts the story needs later.
-    facts = []
+    # Who has what; one thing has a colour: the fact the story needs at its end.
+    coloured = rng.choice(cast)
     for c, thing in zip(rng.sample(cast, size), rng.sample(OBJECTS, size)):
         _subject(w, c)
-        w.add(rng.choice(("has", "brings")))
-        facts.append(_colour_fact(w, rng, thing, c))
-        w.add(".")
-    animals = rng.sample(ANIMALS, 2)
-    for k in range(rng.randint(2, 4)):
-        if k < 2 and rng.random() < 0.4:
-            w.add(rng.choice(cast).name, "sees")
-            facts.append(_colour_fact(w, rng, animals[k], None))
-            w.add(".")
+        w.add(rng.choice(("has", "brings")), "a")
+        if c is coloured:
+            colour, colour_at = rng.choice(COLOURS), w.mark()
+            w.add(colour)
+        c.thing, c.thing_at = thing, w.mark()
+        w.add(thing, ".")
+    for _ in range(rng.randint(2, 4)):
+        if rng.random() < 0.2:
+            w.add(rng.choice(cast).name, "sees", "a", rng.choice(ANIMALS), ".")
         else:
             _sentence(w, rng, cast)
-    # Recall: facts stated earlier, needed now (never all of them, so none is a leftover).
-    for fact in rng.sample(facts, rng.randint(1, len(facts) - 1)):
-        if rng.random() < 0.4:
-            w.add(*rng.choice((("in", "the", "end", ","), ("later", ","))))
-        if fact.owner is not None and rng.random() < 0.5:
-            w.add(fact.owner.name, "'s")
-            w.link("possession", fact.thing, fact.owner.thing_at)
-        else:
-            w.add("the", fact.thing)
-        w.add("is")
-        w.link("recall", fact.colour, fact.colour_at)
-        w.add(".")
+    # Recall: the colour stated at the start, needed now.
+    if rng.random() < 0.4:
+        w.add(*rng.choice((("in", "the", "end", ","), ("later", ","))))
     if rng.random() < 0.5:
-        w.add(*rng.choice((("the", "sky", "is", "clear", "."),
-                           ("at", "night", ",", "everyone", "goes", "home", "."))))
+        w.add(coloured.name, "'s")
+        w.link("possession", coloured.thing, coloured.thing_at)
+    else:
+        w.add("the", coloured.thing)
+    w.add("is")
+    w.link("recall", colour, colour_at)
+    w.add(".")
+    if rng.random() < 0.5:
+        w.add("at", "night", ",", "everyone", "goes", "home", ".")
+    elif rng.random() < 0.5:
+        _weather(w, rng)
+        w.add(".")
     return Story(detokenize(w.tokens), w.tokens, w.links)
 
 
