@@ -51,15 +51,15 @@ _MAX_TOKENS = 128
 _CONTINUATION_TOKENS = 12
 """The continuation has at most this many tokens; it stops after the first "."."""
 _STOP = "."
-_DEFAULT_TEXT = "Mia has a red kite. Leo helps Mia because she"
+_DEFAULT_TEXT = "Mia has a red kite. Leo helps Mia because"
 """The text the explorers start with."""
 _EXAMPLES = (
-    ("a pronoun", "Mia helps Leo because she"),
-    ("a colour to recall", "Leo has a red kite. Zoe has a blue ball. Later, Leo's kite is"),
-    ("whose thing", "Ivy and Omar walk to the beach. Omar brings a drum. His"),
-    ("a story", "One day, Lily and Kai go to the school. Kai has a pen. His pen is brown. "
-                "Lily brings a flag. Her flag is blue. Later, Kai shows Lily his pen. The flag is"),
-    ("unknown words", "The dragon eats a pizza because he"),
+    ("a pronoun", "Zoe tickles Leo at the zoo because"),
+    ("a colour to recall", "Leo has a red kite. Zoe has a ball. Later, Leo's kite is"),
+    ("whose thing", "Ivy and Omar walk to the beach. Omar brings a drum. Ivy has a cup. Then, Omar shows Ivy his"),
+    ("a story", "One day, Carl and Finn walk to the pond. Carl brings a red ball. Finn brings a chair. "
+                "Then, Finn shows Carl his chair. In the end, Carl's ball is"),
+    ("unknown words", "Mia eats a pizza because she"),
 )
 """(label, text) of the example buttons."""
 

@@ -251,19 +251,21 @@ def test_examples_suggestions_layers_and_write_on_from_the_keyboard(open_context
     page.keyboard.press("Enter")
     _await_render(page, before, example)
     shown = page.evaluate(_READ_JS)
-    _compare(shown, _expected(model, tokenizer, example))
-    assert shown["marked"] == ["dragon", "pizza"]
-    # a suggested word: back (Shift+Tab) to a suggestion for "dragon", Enter replaces it
-    _tab_to(page, ".mha-lm-suggestion[aria-label^='replace dragon by ']", key="Shift+Tab")
+    expected = _expected(model, tokenizer, example)
+    _compare(shown, expected)
+    unknown = [u[0] for u in expected.unknown]
+    assert shown["marked"] == unknown and unknown
+    # a suggested word: back (Shift+Tab) to one offered for the first unknown word, Enter puts it in
+    _tab_to(page, f".mha-lm-suggestion[aria-label^='replace {unknown[0]} by ']", key="Shift+Tab")
     word = page.evaluate("() => document.activeElement.textContent")
     before = _rendered(page)
     page.keyboard.press("Enter")
-    fixed = example.replace("dragon", word)
+    fixed = example.replace(unknown[0], word)
     _await_render(page, before, fixed)
     assert page.evaluate("() => document.activeElement.id") == "lm-input"  # back to typing
     shown = page.evaluate(_READ_JS)
     _compare(shown, _expected(model, tokenizer, fixed))
-    assert shown["marked"] == ["pizza"]
+    assert shown["marked"] == unknown[1:]
     # the layer: Tab to the radio group, an arrow key chooses layer 1
     _tab_to(page, "input[name=lm-layer]")
     before = _rendered(page)

@@ -180,7 +180,7 @@ def test_bad_arguments_name_what_is_wrong(model, call):
         call(None, TOKENIZER)
     with pytest.raises(ValueError, match="tokenizer must be the model's Tokenizer"):
         call(model, None)
-    with pytest.raises(ValueError, match=r"tokenizer must be the model's Tokenizer \(vocab_size 262\), got vocab_size 4"):
+    with pytest.raises(ValueError, match=rf"tokenizer must be the model's Tokenizer \(vocab_size {TOKENIZER.vocab_size}\), got vocab_size 4"):
         call(model, Tokenizer(["<pad>", "<unk>", "a", "b"]))
     with pytest.raises(ValueError, match="text must be a str, got int"):
         call(model, TOKENIZER, text=3)
