@@ -51,10 +51,10 @@ _MAX_TOKENS = 128
 _CONTINUATION_TOKENS = 12
 """The continuation has at most this many tokens; it stops after the first "."."""
 _STOP = "."
-_DEFAULT_TEXT = "Mia has a red kite. Leo helps Mia because"
+_DEFAULT_TEXT = "Mia and Leo go to the park. Mia has a red kite. Later, Leo helps Mia because"
 """The text the explorers start with."""
 _EXAMPLES = (
-    ("a pronoun", "Zoe tickles Leo at the zoo because"),
+    ("a pronoun", "Zoe and Leo go to the park. Later, Zoe helps Leo because"),
     ("a colour to recall", "Leo has a red kite. Zoe has a ball. Later, Leo's kite is"),
     ("whose thing", "Ivy and Omar walk to the beach. Omar brings a drum. Ivy has a cup. Then, Omar shows Ivy his"),
     ("a story", "One day, Carl and Finn walk to the pond. Carl brings a red ball. Finn brings a chair. "
