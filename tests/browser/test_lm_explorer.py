@@ -3,15 +3,15 @@
 The explorer of :func:`mha_lib.viz.text_explorer_html` runs the exported model in JavaScript
 (``_static/mha-lm.js``). A small standalone page is written here (the fragment, plotly.js and
 the book's scripts from ``_static``, nothing else) so the test needs no book build; when the
-built website holds chapter 12, its real page is tested too (cold weight, offline, the same
-equality). The test types sentences (known words, unknown words, punctuation, a text longer
-than the explorer reads) and compares every layer's and head's weights, read from the page's
-plotly traces, with PyTorch's (``StoryLM(ids, need_weights=True)``) to 1e-4, the greedy
-continuation with ``StoryLM.generate``'s and the words offered for unknown ones, all as the
-live explorer reads them (``mha_lib.viz.text_explorer._read``, which
-``tests/viz/test_text_explorer.py`` checks against the model itself): at 1366 x 900 and
-390 x 844, keyboard only, no request leaving the loopback server, no console error, axe-core
-clean. A grouped-query model checks the key/value
+built website holds chapter 12, its real page is tested too (the same equality, offline, and
+what the explorer adds to the page's weight). The test types sentences (known words, unknown
+words, punctuation, a text longer than the explorer reads) and compares every layer's and
+head's weights, read from the page's plotly traces, with PyTorch's
+(``StoryLM(ids, need_weights=True)``) to 1e-4, the greedy continuation with
+``StoryLM.generate``'s and the words offered for unknown ones, all as the live explorer reads
+them (``mha_lib.viz.text_explorer._read``, which ``tests/viz/test_text_explorer.py`` checks
+against the model itself): at 1366 x 900 and 390 x 844, keyboard only, no request leaving the
+loopback server, no console error, axe-core clean. A grouped-query model checks the key/value
 head sharing of the page's forward pass.
 """
 
@@ -37,6 +37,7 @@ from mha_lib.viz.text_explorer import _DEFAULT_TEXT, _EXAMPLES, _read, _Reading
 
 CHAPTER = "chapters/12_language_model.html"
 MAX_PAGE_BYTES = 3_000_000  # a first visit, uncompressed (as tests/browser/test_site.py)
+EXPLORER_BYTES = 800_000  # what the explorer adds to its page: the model (0.72 MB) and its script
 ATOL = 1e-4
 LONG = " ".join(s.text for s in sample_stories(3, 11))  # more tokens than the explorer reads
 SENTENCES = [
@@ -336,8 +337,13 @@ def test_the_chapter_page(open_context, site_url, pages, shipped, screenshot_dir
         pytest.skip(f"the website has no {CHAPTER}: build the book first")
     page = _open(open_context, site_url, viewport, path="site/" + CHAPTER)
     transferred = _cold_weight(page)
-    print(f"\n{CHAPTER} at {viewport}, first visit: {transferred} bytes")
-    assert transferred <= MAX_PAGE_BYTES
+    html = (pages / "site" / CHAPTER).read_text(encoding="utf-8")
+    start = html.index('<div class="mha-lm"')
+    fragment = len(html[start:html.index("</script>", start)].encode())
+    script = sum(size for url, size in page.bytes_received.items() if "/mha-lm.js" in url)
+    print(f"\n{CHAPTER} at {viewport}, first visit: {transferred} bytes, of which the explorer "
+          f"{fragment + script} (its HTML and model {fragment}, mha-lm.js {script})")
+    assert fragment + script <= EXPLORER_BYTES  # the page's total is tests/browser/test_site.py's
     scripts = page.evaluate("() => [...document.scripts].filter((s) => s.src && new URL(s.src).pathname.endsWith('/mha-lm.js'))"
                             ".map((s) => s.src)")
     assert len(scripts) == 1
