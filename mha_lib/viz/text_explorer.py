@@ -116,6 +116,13 @@ def _check_text(text: object) -> str:
     return text
 
 
+def _check_layer(layer: object, model: lm.StoryLM) -> int:
+    N = model.config.num_layers
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < N:
+        raise ValueError(f"layer must be an integer in [0, {N}) (the model's layers), got {layer!r}")
+    return layer
+
+
 def _edit_distance(a: str, b: str) -> int:
     previous = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):
@@ -304,12 +311,12 @@ class _TextExplorer(widgets.VBox):
         reading: the current reading of the text (tokens, weights, continuation, unknown words).
     """
 
-    def __init__(self, model: lm.StoryLM, tokenizer: Tokenizer, text: str) -> None:
+    def __init__(self, model: lm.StoryLM, tokenizer: Tokenizer, text: str, layer: int) -> None:
         self.model, self.tokenizer = model, tokenizer
         N = model.config.num_layers
         self.text = widgets.Text(value=text, description="text", continuous_update=True,
                                  placeholder="Type a sentence", layout=widgets.Layout(width="100%"))
-        self.layer = widgets.ToggleButtons(options=[(f"layer {n}", n) for n in range(N)], value=0,
+        self.layer = widgets.ToggleButtons(options=[(f"layer {n}", n) for n in range(N)], value=layer,
                                            description="layer")
         self.examples = tuple(widgets.Button(description=label, tooltip=example)
                               for label, example in _EXAMPLES)
@@ -317,7 +324,7 @@ class _TextExplorer(widgets.VBox):
             button.on_click(lambda _, example=example: setattr(self.text, "value", example))
         self.tokens, self.continuation = widgets.HTML(), widgets.HTML()
         self.reading = _read(model, tokenizer, text)
-        traces, layout = _figure(self.reading, 0, N, model.config.num_heads)
+        traces, layout = _figure(self.reading, layer, N, model.config.num_heads)
         self.figure = go.FigureWidget(data=traces, layout=layout)
         self._describe()
         self.text.observe(lambda _: self.update(), names="value")
@@ -345,7 +352,7 @@ class _TextExplorer(widgets.VBox):
 
 
 def explore_text(model: lm.StoryLM | None = None, tokenizer: Tokenizer | None = None,
-                 text: str = _DEFAULT_TEXT) -> _TextExplorer:
+                 text: str = _DEFAULT_TEXT, *, layer: int = 0) -> _TextExplorer:
     """Type a sentence and watch every head of the story language model read it (live, Jupyter).
 
     A text box (``.text``), example buttons, the tokens the model reads (words it does not
@@ -359,23 +366,25 @@ def explore_text(model: lm.StoryLM | None = None, tokenizer: Tokenizer | None = 
             (:func:`mha_lib.lm.load_pretrained`).
         tokenizer: the model's :class:`mha_lib.stories.Tokenizer`.
         text: the text in the box at the start.
+        layer: the layer whose heads are shown at the start.
 
     Returns:
         The explorer (display it as the last expression of a cell); set ``.text.value`` to
         drive it from code.
 
     Raises:
-        ValueError: a model that is not a StoryLM, a tokenizer of another vocabulary size,
-            only one of the two given, or a text that is not a str.
+        ValueError: a model that is not a StoryLM (or on the meta device), a tokenizer of
+            another vocabulary size, only one of the two given, a text that is not a str, or a
+            layer the model does not have.
     """
     model, tokenizer = _check_pair(model, tokenizer)
-    return _TextExplorer(model, tokenizer, _check_text(text))
+    return _TextExplorer(model, tokenizer, _check_text(text), _check_layer(layer, model))
 
 
 # --- the website's explorer -----------------------------------------------------------------------
 
 def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | None = None,
-                       text: str = _DEFAULT_TEXT) -> str:
+                       text: str = _DEFAULT_TEXT, *, layer: int = 0) -> str:
     """HTML of the kernel-free explorer for the website: the model runs in the page.
 
     The fragment holds the controls (``<input id="lm-input">``, example buttons, a layer
@@ -387,13 +396,13 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
     it with ``IPython.display.HTML(...)``.
 
     Args:
-        model, tokenizer, text: as for :func:`explore_text`.
+        model, tokenizer, text, layer: as for :func:`explore_text`.
 
     Raises:
         ValueError: as :func:`explore_text`.
     """
     model, tokenizer = _check_pair(model, tokenizer)
-    text = _check_text(text)
+    text, layer = _check_text(text), _check_layer(layer, model)
     exported = json.dumps(lm.export(model, tokenizer), separators=(",", ":")).replace("</", "<\\/")
     settings = json.dumps({"max_tokens": _MAX_TOKENS, "continuation_tokens": _CONTINUATION_TOKENS,
                            "stop": _STOP}, separators=(",", ":"))
@@ -401,7 +410,7 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
         f'<button type="button" class="mha-lm-example" data-text="{html.escape(example, quote=True)}">'
         f"{html.escape(label)}</button>" for label, example in _EXAMPLES)
     layers = "".join(
-        f'<label><input type="radio" name="lm-layer" value="{n}"{" checked" if n == 0 else ""}> '
+        f'<label><input type="radio" name="lm-layer" value="{n}"{" checked" if n == layer else ""}> '
         f"layer {n}</label>" for n in range(model.config.num_layers))
     return (
         f'<div class="mha-lm" id="{_ROOT_ID}" data-model="{_MODEL_ID}" '

@@ -85,6 +85,7 @@ def test_typing_shows_every_head_of_every_layer(num_kv_heads):
 
 
 def test_the_layer_choice_shows_that_layers_heads(model):
+    _assert_figure_shows(explore_text(model, TOKENIZER, layer=1), model, _DEFAULT_TEXT, layer=1)
     explorer = explore_text(model, TOKENIZER)
     assert explorer.layer.options == (("layer 0", 0), ("layer 1", 1))
     explorer.layer.value = 1
@@ -166,6 +167,8 @@ def test_the_website_fragment_embeds_the_model_and_its_controls(model):
     assert re.search(r'<label for="lm-input">', fragment)
     assert fragment.count('class="mha-lm-example"') == len(_EXAMPLES)
     assert fragment.count('name="lm-layer"') == model.config.num_layers
+    assert fragment.count(" checked") == 1 and 'value="0" checked' in fragment
+    assert 'value="1" checked' in text_explorer_html(model, TOKENIZER, layer=1)
     assert 'class="plotly-graph-div' in fragment  # the book's extension then loads plotly.js
     assert "https://" not in fragment and "http://" not in fragment
     settings = json.loads(html.unescape(re.search(r'data-settings="([^"]*)"', fragment).group(1)))
@@ -184,6 +187,10 @@ def test_bad_arguments_name_what_is_wrong(model, call):
         call(model, Tokenizer(["<pad>", "<unk>", "a", "b"]))
     with pytest.raises(ValueError, match="text must be a str, got int"):
         call(model, TOKENIZER, text=3)
+    with pytest.raises(ValueError, match=r"layer must be an integer in \[0, 2\) \(the model's layers\), got 2"):
+        call(model, TOKENIZER, layer=2)
+    with pytest.raises(ValueError, match="layer must be an integer"):
+        call(model, TOKENIZER, layer=True)
     with torch.device("meta"):
         ghost = lm.StoryLM(lm.Config())
     with pytest.raises(ValueError, match="model must hold real weights, got a StoryLM on the meta device"):
