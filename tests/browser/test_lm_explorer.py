@@ -112,8 +112,10 @@ _READ_JS = """
   return {
     traces: gd.data.filter((t) => t.type === "heatmap").map((t) => ({
       meta: t.meta, visible: t.visible, z: t.z,
-      x: layout["xaxis" + t.xaxis.slice(1)].ticktext, y: layout["yaxis" + t.yaxis.slice(1)].ticktext})),
+      x: layout["xaxis" + t.xaxis.slice(1)].ticktext, y: layout["yaxis" + t.yaxis.slice(1)].ticktext,
+      ticks: layout["xaxis" + t.xaxis.slice(1)].tickvals})),
     titles: (layout.annotations || []).map((a) => a.text),
+    layer: Number(root.querySelector("input[name=lm-layer]:checked").value),
     tokens: state.tokens, continuation: state.continuation,
     added: root.querySelector(".mha-lm-continuation strong").textContent,
     marked: [...root.querySelectorAll(".mha-lm-unk")].map((e) => e.firstChild.textContent),
@@ -168,13 +170,15 @@ def _type(page, text: str) -> None:
     _await_render(page, before, text)
 
 
-def _compare(shown: dict, expected: dict, layer: int = 0) -> float:
-    """Assert the page shows PyTorch's weights and continuation; the largest |difference|."""
+def _compare(shown: dict, expected: _Reading, layer: int | None = 0) -> float:
+    """Assert the page shows PyTorch's weights and continuation, the heads of ``layer`` (None:
+    the layer the page offers first); returns the largest |difference|."""
+    layer = shown["layer"] if layer is None else layer
+    assert shown["layer"] == layer
     weights = expected.weights
     N, H, L, _ = weights.shape
     assert shown["tokens"] == expected.tokens
     assert [t["meta"] for t in shown["traces"]] == [{"layer": n, "head": h} for n in range(N) for h in range(H)]
-    step = 1 if L <= 40 else None  # long texts: the tick labels are thinned on small panels
     worst = 0.0
     for trace in shown["traces"]:
         n, h = trace["meta"]["layer"], trace["meta"]["head"]
@@ -184,10 +188,11 @@ def _compare(shown: dict, expected: dict, layer: int = 0) -> float:
         future = np.triu(np.ones((L, L), dtype=bool), k=1)
         assert np.isnan(z[future]).all() and not np.isnan(z[~future]).any()
         worst = max(worst, float(np.abs(z[~future] - weights[n, h][~future]).max()))
-        if step:
-            assert trace["x"] == expected.tokens and trace["y"] == expected.tokens
-        else:
-            assert set(trace["x"]) <= set(expected.tokens) and trace["x"][0] == expected.tokens[0]
+        # the tick labels are the tokens; on small panels every step-th one (short texts: all)
+        ticks = trace["ticks"]
+        step = ticks[1] - ticks[0] if len(ticks) > 1 else 1
+        assert ticks == list(range(0, L, step)) and (step == 1 or L > 12)
+        assert trace["x"] == trace["y"] == [expected.tokens[i] for i in ticks]
     assert worst <= ATOL, f"page and PyTorch differ by {worst}"
     assert shown["continuation"] == expected.continuation
     assert shown["added"] == expected.continuation_text
@@ -349,7 +354,7 @@ def test_the_chapter_page(open_context, site_url, pages, shipped, screenshot_dir
     assert len(scripts) == 1
     page.locator("#lm-input").focus()
     _type(page, SENTENCES[1])
-    _compare(page.evaluate(_READ_JS), _expected(*shipped, SENTENCES[1]))
+    _compare(page.evaluate(_READ_JS), _expected(*shipped, SENTENCES[1]), layer=None)
     _no_sideways_scroll(page, viewport)
     page.locator("#mha-lm").scroll_into_view_if_needed()
     page.screenshot(path=str(screenshot_dir / f"lm-chapter-{viewport}.png"))
