@@ -75,7 +75,6 @@ from mha_lib.training import (
 
 __all__ = [
     "Config",
-    "HELD_OUT_SEED",
     "KIND",
     "PRETRAINED_PATH",
     "StoryLM",
@@ -83,6 +82,7 @@ __all__ = [
     "evaluate",
     "export",
     "held_out_stories",
+    "link_mask",
     "load_pretrained",
     "main",
     "next_token_losses",
@@ -95,7 +95,7 @@ KIND = "lm"
 """The ``kind`` of this experiment's checkpoints."""
 PRETRAINED_PATH = Path(str(resources.files("mha_lib") / "data" / "lm_stories.pt"))
 """The shipped checkpoint."""
-HELD_OUT_SEED = 1
+_HELD_OUT_SEED = 1
 """Seed of the held-out stories. Training step s of a run with seed c reads
 ``sample_stories(batch_size, 2 * (c * 10**6 + s))``: even seeds only, so no odd seed is seen."""
 _STEPS_PER_SEED = 10**6
@@ -352,8 +352,8 @@ def tokens_per_second(model: StoryLM, prompts: Sequence[Sequence[int]], max_new_
 # --- measuring on stories -------------------------------------------------------------------------
 
 def held_out_stories(n: int = 500) -> list[Story]:
-    """Stories from :data:`HELD_OUT_SEED`, a seed no training run reads: every number is measured on these."""
-    return sample_stories(n, HELD_OUT_SEED)
+    """Stories from seed 1 (odd: training reads even seeds only), never trained on: every number is measured on these."""
+    return sample_stories(n, _HELD_OUT_SEED)
 
 
 def encode_stories(tokenizer: Tokenizer, stories: Sequence[Story]) -> tuple[Tensor, Tensor]:

@@ -34,7 +34,6 @@ from mha_lib.lm import StoryLM, encode_stories, link_mask, next_token_losses
 from mha_lib.stories import RELATIONS, Story, Tokenizer
 
 __all__ = [
-    "HeadFinding",
     "ablate",
     "bigram_loss",
     "bigram_table",
@@ -47,7 +46,7 @@ OFFSETS = (0, 1)
 """Where a head may read a link (i, j) from query i - 1: key j (0) or key j + 1 (1)."""
 
 
-class HeadFinding(NamedTuple):
+class _HeadFinding(NamedTuple):
     """The head that reads a relation's links the most."""
 
     layer: int
@@ -104,7 +103,7 @@ def _weights(model: StoryLM, stories: Sequence[Story]) -> Tensor:
     return weights
 
 
-def find_heads(model: StoryLM, stories: Sequence[Story]) -> dict[str, HeadFinding]:
+def find_heads(model: StoryLM, stories: Sequence[Story]) -> dict[str, _HeadFinding]:
     """For each relation, the (layer, head, offset) with the most mean weight on its links."""
     stories = _check_stories(stories)
     weights = _weights(model, stories)
@@ -115,7 +114,7 @@ def find_heads(model: StoryLM, stories: Sequence[Story]) -> dict[str, HeadFindin
             continue  # no link of this relation in these stories
         flat = int(scores.argmax())
         H, K = scores.shape[1:]
-        found[relation] = HeadFinding(flat // (H * K), flat // K % H, flat % K, float(scores.max()))
+        found[relation] = _HeadFinding(flat // (H * K), flat // K % H, flat % K, float(scores.max()))
     return found
 
 
@@ -138,7 +137,7 @@ def link_losses(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | No
     return result
 
 
-def ablate(model: StoryLM, stories: Sequence[Story], heads: dict[str, HeadFinding] | None = None) -> dict[str, dict[str, float]]:
+def ablate(model: StoryLM, stories: Sequence[Story], heads: dict[str, _HeadFinding] | None = None) -> dict[str, dict[str, float]]:
     """Gate off each relation's head and measure the losses again.
 
     Args:
