@@ -8,7 +8,7 @@ does the relation's work should put weight from query ``i - 1`` on key ``j`` its
 
 * :func:`link_weights`  mean weight of every head from query ``i - 1`` on key ``j`` and ``j + 1``
 * :func:`find_heads`    for each relation, the head (layer, head, offset) with the most weight
-* :func:`link_losses`   the loss at each relation's linked tokens and at all the others
+* :func:`_link_losses`   the loss at each relation's linked tokens and at all the others
 * :func:`ablate`        the same losses with one head gated off (``head_mask``)
 * :func:`bigram_table`, :func:`bigram_loss`   the baseline that sees only the previous token
 
@@ -38,7 +38,6 @@ __all__ = [
     "bigram_loss",
     "bigram_table",
     "find_heads",
-    "link_losses",
     "link_weights",
 ]
 
@@ -118,7 +117,7 @@ def find_heads(model: StoryLM, stories: Sequence[Story]) -> dict[str, _HeadFindi
     return found
 
 
-def link_losses(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | None = None) -> dict[str, float]:
+def _link_losses(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | None = None) -> dict[str, float]:
     """Mean loss (nats) at each relation's linked tokens, and at every other predicted token.
 
     Returns:
@@ -145,15 +144,15 @@ def ablate(model: StoryLM, stories: Sequence[Story], heads: dict[str, _HeadFindi
 
     Returns:
         ``{relation: {"linked": (loss with the head, loss without), "rest": (...)}}``, losses
-        as in :func:`link_losses`: the relation's own linked tokens, and every token no relation links.
+        as in :func:`_link_losses`: the relation's own linked tokens, and every token no relation links.
     """
     stories = _check_stories(stories)
     heads = find_heads(model, stories) if heads is None else heads
     shape = (model.config.num_layers, model.config.num_heads)
-    before = link_losses(model, stories)
+    before = _link_losses(model, stories)
     result = {}
     for relation, found in heads.items():
-        after = link_losses(model, stories, head_gates(shape, [(found.layer, found.head)]))
+        after = _link_losses(model, stories, head_gates(shape, [(found.layer, found.head)]))
         result[relation] = {"linked": (before[relation], after[relation]), "rest": (before["rest"], after["rest"])}
     return result
 

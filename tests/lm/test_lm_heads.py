@@ -15,7 +15,7 @@ from mha_lib.lm_heads import (
     bigram_loss,
     bigram_table,
     find_heads,
-    link_losses,
+    _link_losses,
     link_weights,
 )
 from mha_lib.stories import RELATIONS, sample_stories
@@ -78,7 +78,7 @@ def test_shipped_heads_read_their_links_and_ablation_hurts_them_most(pretrained,
 
 def test_link_losses_are_low_where_the_model_is_right(pretrained, held_out):
     model, _ = pretrained
-    losses = link_losses(model, held_out)
+    losses = _link_losses(model, held_out)
     assert set(losses) == {*RELATIONS, "rest"}
     assert losses["recall"] < 0.05 and losses["antecedent"] < 0.2 < losses["possession"]
     scores = evaluate(model, held_out)
