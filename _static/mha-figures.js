@@ -1,10 +1,16 @@
-/* Draws the book's plotly figures (see mha_lib/book/plotly_mime.py) and fits them to the screen.
+/* Draws the book's plotly figures (see mha_lib/book/plotly_mime.py), fits them to the screen and
+ * to the theme's light or dark mode.
  *
  * mhaPlot(id, data, layout, config) draws a figure with Plotly.newPlot. When the figure's
  * box is narrower than MHA_NARROW_PX (a phone), it draws the phone layout instead:
  * layout.meta.narrow (overrides computed by the figure code, e.g. fewer heatmap columns), else
  * general rules (smaller margins and fonts, wrapped title, legend below the plot). Crossing
  * the threshold (rotating the phone, resizing the window) redraws with the other layout.
+ *
+ * Dark mode (the theme's <html data-theme="dark">): every figure drawn on the page, by mhaPlot
+ * or by the kernel-free explorers' own Plotly.react calls, is drawn with dark colours, and
+ * redrawn when the reader switches the theme. The figure code describes the light figure only;
+ * mhaDarkLayout / mhaDarkData derive the dark one (see the comment above them).
  */
 (function () {
   "use strict";
@@ -114,4 +120,215 @@
     window.addEventListener("resize", function () { draw(false); });
     return draw(true);
   };
+})();
+
+/* Dark mode for plotly figures.
+ *
+ * Chrome (backgrounds, text, axes, grid, legend, annotations, the diagrams' boxes and arrows):
+ * every colour of the layout and of its template has its lightness inverted in CIELAB, between
+ * the theme's dark background (white -> --pst-color-background) and its text colour (black ->
+ * --pst-color-text-base), keeping its hue. Text on a box keeps its contrast with the box, and
+ * the figure's background is the page's. Not inverted: colour scales and colourways (data, the
+ * colour-blind-safe viridis/cividis stay as they are) and borderless shapes in data
+ * coordinates (data marks, e.g. the grey cells of masked keys).
+ *
+ * Data: the colours of lines, markers and bars stay, unless the darkest of a figure has less
+ * than 3:1 contrast with the dark background (WCAG non-text contrast; e.g. viridis's dark
+ * purple). Then all of that figure's trace colours are lightened together, the darkest to
+ * 3:1, so their order in lightness (what keeps a viridis sequence readable without hue) stays.
+ *
+ * Plotly.newPlot and Plotly.react are wrapped so that every caller gets this (the explorers
+ * redraw with Plotly.react); each figure remembers the light arguments it was drawn with, and
+ * is redrawn from them when <html data-theme> changes.
+ */
+(function () {
+  "use strict";
+  if (!window.Plotly) return;
+  var MIN_CONTRAST = 3;
+  var SKIP_KEYS = {meta: 1, colorscale: 1, colorway: 1, colorscales: 1};
+  var rawNewPlot = Plotly.newPlot, rawReact = Plotly.react;
+  var themed = new WeakSet();     // layouts/data made here: passed through untouched
+  var cache = new WeakMap();      // light layout -> {key, layout}
+  var parsed = Object.create(null);  // colour text -> rgba
+  var ctx = document.createElement("canvas").getContext("2d");
+
+  function isDark() { return document.documentElement.dataset.theme === "dark"; }
+
+  // --- colours -------------------------------------------------------------------------
+  function rgba(text) {  // any CSS colour -> [r, g, b, a] (0-255, alpha 0-1), or null
+    if (typeof text !== "string") return null;
+    if (text in parsed) return parsed[text];
+    var value = null, sentinel = "rgba(1, 2, 3, 0.5)";
+    ctx.fillStyle = sentinel;  // the canvas normalises any colour it accepts, keeps it otherwise
+    ctx.fillStyle = text;
+    var out = ctx.fillStyle;
+    var hex = /^#([0-9a-f]{2})([0-9a-f]{2})([0-9a-f]{2})$/i.exec(out);
+    var fn = /^rgba?\(([\d.]+),\s*([\d.]+),\s*([\d.]+)(?:,\s*([\d.]+))?\)$/.exec(out);
+    if (out === sentinel && text.replace(/\s/g, "") !== "rgba(1,2,3,0.5)") value = null;
+    else if (hex) value = [parseInt(hex[1], 16), parseInt(hex[2], 16), parseInt(hex[3], 16), 1];
+    else if (fn) value = [+fn[1], +fn[2], +fn[3], fn[4] === undefined ? 1 : +fn[4]];
+    parsed[text] = value;
+    return value;
+  }
+  function toLinear(c) {  // an sRGB channel (0-255) -> linear light (0-1)
+    c /= 255;
+    return c <= 0.04045 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4);
+  }
+  function fromLinear(c) {
+    return c <= 0.0031308 ? 12.92 * c : 1.055 * Math.pow(c, 1 / 2.4) - 0.055;
+  }
+  function f(t) { return t > 216 / 24389 ? Math.cbrt(t) : t * 24389 / 27 / 116 + 16 / 116; }
+  function finv(t) { return t > 6 / 29 ? t * t * t : 3 * 36 / 841 * (t - 4 / 29); }
+  function luminance(c) {
+    return 0.2126729 * toLinear(c[0]) + 0.7151522 * toLinear(c[1]) + 0.0721750 * toLinear(c[2]);
+  }
+  function lab(c) {  // sRGB (0-255) -> CIELAB, D65
+    var r = toLinear(c[0]), g = toLinear(c[1]), b = toLinear(c[2]);
+    var x = f((0.4124564 * r + 0.3575761 * g + 0.1804375 * b) / 0.95047);
+    var y = f(0.2126729 * r + 0.7151522 * g + 0.0721750 * b);
+    var z = f((0.0193339 * r + 0.1191920 * g + 0.9503041 * b) / 1.08883);
+    return [116 * y - 16, 500 * (x - y), 200 * (y - z)];
+  }
+  function labToRgb(L, A, B) {
+    var y = (L + 16) / 116, x = y + A / 500, z = y - B / 200;
+    var X = 0.95047 * finv(x), Y = finv(y), Z = 1.08883 * finv(z);
+    return [3.2404542 * X - 1.5371385 * Y - 0.4985314 * Z,
+            -0.9692660 * X + 1.8760108 * Y + 0.0415560 * Z,
+            0.0556434 * X - 0.2040259 * Y + 1.0572252 * Z];
+  }
+  function fromLab(L, A, B, alpha) {  // CIELAB -> CSS colour, chroma reduced into the sRGB gamut
+    var lin = labToRgb(L, A, B);
+    for (var i = 0; i < 60 && lin.some(function (v) { return v < -1e-4 || v > 1.0001; }); i++) {
+      A *= 0.93; B *= 0.93;
+      lin = labToRgb(L, A, B);
+    }
+    var c = lin.map(function (v) {
+      return Math.round(255 * fromLinear(Math.min(1, Math.max(0, v))));
+    });
+    if (alpha < 1) return "rgba(" + c.join(", ") + ", " + alpha + ")";
+    return "#" + c.map(function (v) { return (256 + v).toString(16).slice(1); }).join("");
+  }
+  function contrast(y1, y2) { return (Math.max(y1, y2) + 0.05) / (Math.min(y1, y2) + 0.05); }
+
+  function palette() {  // the theme's dark background and text colours, in CIELAB
+    var style = getComputedStyle(document.documentElement);
+    var bg = rgba(style.getPropertyValue("--pst-color-background").trim()) || [20, 24, 30, 1];
+    var fg = rgba(style.getPropertyValue("--pst-color-text-base").trim()) || [206, 214, 221, 1];
+    return {bg: lab(bg), fg: lab(fg), bgY: luminance(bg), key: bg.join() + "/" + fg.join()};
+  }
+
+  function invert(text, pal) {  // a chrome colour for the dark theme
+    var c = rgba(text);
+    if (!c) return text;
+    var l = lab(c), t = 1 - l[0] / 100, bg = pal.bg, fg = pal.fg;
+    return fromLab(bg[0] + t * (fg[0] - bg[0]), l[1] + bg[1] + t * (fg[1] - bg[1]),
+                   l[2] + bg[2] + t * (fg[2] - bg[2]), c[3]);
+  }
+
+  // --- layouts ---------------------------------------------------------------------------
+  function isDataMark(shape) {
+    var line = shape && shape.line;
+    var ref = function (r) { return r === undefined || /^[xy]\d*( domain)?$/.test(r); };
+    return line && line.width === 0 && ref(shape.xref) && ref(shape.yref);
+  }
+  function walk(value, pal) {
+    if (Array.isArray(value)) return value.map(function (v) { return walk(v, pal); });
+    if (!value || typeof value !== "object") return value;
+    var out = {};
+    Object.keys(value).forEach(function (key) {
+      var v = value[key];
+      if (SKIP_KEYS[key]) out[key] = v;
+      else if (key === "shapes" && Array.isArray(v)) {
+        out[key] = v.map(function (s) { return isDataMark(s) ? s : walk(s, pal); });
+      } else if (/color$/i.test(key) && typeof v === "string") out[key] = invert(v, pal);
+      else if (/color$/i.test(key) && Array.isArray(v)) {
+        out[key] = v.map(function (c) { return typeof c === "string" ? invert(c, pal) : c; });
+      } else out[key] = walk(v, pal);
+    });
+    return out;
+  }
+  var DEFAULTS = {paper_bgcolor: "#ffffff", plot_bgcolor: "#ffffff", font: {color: "#444444"}};
+  function darkLayout(layout, pal) {
+    // plotly's own defaults (a white paper, #444 text) when neither layout nor template sets them
+    var tl = (layout.template && layout.template.layout) || {};
+    var base = {};
+    ["paper_bgcolor", "plot_bgcolor"].forEach(function (k) {
+      if (layout[k] === undefined && tl[k] === undefined) base[k] = DEFAULTS[k];
+    });
+    if (!(layout.font && layout.font.color) && !(tl.font && tl.font.color)) {
+      base.font = Object.assign({}, layout.font, DEFAULTS.font);
+    }
+    return walk(Object.assign({}, layout, base), pal);
+  }
+  window.mhaDarkLayout = function (layout) {
+    var pal = palette(), hit = cache.get(layout);
+    if (hit && hit.key === pal.key) return hit.layout;
+    var out = darkLayout(layout || {}, pal);
+    cache.set(layout, {key: pal.key, layout: out});
+    themed.add(out);
+    return out;
+  };
+
+  // --- data ------------------------------------------------------------------------------
+  var TRACE_COLORS = [["line", "color"], ["marker", "color"]];
+  window.mhaDarkData = function (data) {
+    var pal = palette(), darkest = null;
+    (data || []).forEach(function (trace) {
+      TRACE_COLORS.forEach(function (path) {
+        var c = trace[path[0]] && rgba(trace[path[0]][path[1]]);
+        if (c && c[3] > 0 && (darkest === null || lab(c)[0] < darkest)) darkest = lab(c)[0];
+      });
+    });
+    if (darkest === null) return data;
+    var lo = darkest, hi = 100;  // bisect the lightness at which the darkest reaches 3:1
+    for (var i = 0; i < 30; i++) {
+      var mid = (lo + hi) / 2;
+      if (contrast(finv((mid + 16) / 116), pal.bgY) < MIN_CONTRAST) lo = mid; else hi = mid;
+    }
+    if (hi - darkest < 0.5) return data;
+    var k = (hi - darkest) / (100 - darkest);
+    var out = data.map(function (trace) {
+      var copy = Object.assign({}, trace);
+      TRACE_COLORS.forEach(function (path) {
+        var c = trace[path[0]] && rgba(trace[path[0]][path[1]]);
+        if (!c) return;
+        var l = lab(c), part = {};
+        part[path[1]] = fromLab(l[0] + k * (100 - l[0]), l[1], l[2], c[3]);
+        copy[path[0]] = Object.assign({}, trace[path[0]], part);
+      });
+      return copy;
+    });
+    themed.add(out);
+    return out;
+  };
+
+  // --- drawing -----------------------------------------------------------------------------
+  function draw(raw, gd, data, layout, config) {
+    if (typeof gd === "string") gd = document.getElementById(gd);
+    if (data && !Array.isArray(data) && typeof data === "object") {  // the figure-object form
+      return draw(raw, gd, data.data, data.layout, data.config);
+    }
+    if (themed.has(layout) || themed.has(data)) return raw.call(Plotly, gd, data, layout, config);
+    gd.mhaSource = {data: data || [], layout: layout || {}, config: config};
+    var dark = isDark();
+    gd.dataset.mhaTheme = dark ? "dark" : "light";
+    return raw.call(Plotly, gd, dark ? window.mhaDarkData(data || []) : data,
+                    dark ? window.mhaDarkLayout(layout || {}) : layout, config);
+  }
+  Plotly.newPlot = function (gd, data, layout, config) {
+    return draw(rawNewPlot, gd, data, layout, config);
+  };
+  Plotly.react = function (gd, data, layout, config) {
+    return draw(rawReact, gd, data, layout, config);
+  };
+
+  function redrawAll() {
+    var theme = isDark() ? "dark" : "light";
+    document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
+      var src = gd.mhaSource;
+      if (src && gd.dataset.mhaTheme !== theme) Plotly.react(gd, src.data, src.layout, src.config);
+    });
+  }
+  new MutationObserver(redrawAll).observe(document.documentElement,
+                                          {attributes: true, attributeFilter: ["data-theme"]});
 })();

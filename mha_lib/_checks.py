@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "as_tensor",
     "check_bool",
     "check_not_meta",
     "check_positive_int",
@@ -44,12 +45,23 @@ def check_tensor(x: object, name: str, ndim: int | tuple[int, ...]) -> Tensor:
 
 def check_not_meta(x: Tensor, name: str) -> Tensor:
     """Return ``x`` unless it lives on the ``meta`` device (shapes only, no numbers to compute with)."""
-    if x.device.type == "meta":
+    if x.is_meta:
         raise ValueError(
-            f"{name} is on the meta device (a shape without numbers, shape {tuple(x.shape)}): "
-            "pass a tensor with data, e.g. on the CPU"
+            f"{name} must hold values, but {name} is on the meta device (a shape without "
+            f"numbers, {tuple(x.shape)}): pass a tensor with data, e.g. on the CPU"
         )
     return x
+
+
+def as_tensor(value: object, name: str, what: str) -> Tensor:
+    """``value`` as a tensor with data (a list of numbers is converted), else a ValueError
+    saying that ``name`` must be ``what``."""
+    if not isinstance(value, Tensor):
+        try:
+            value = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"{name} must be {what}, got {type(value).__name__}") from None
+    return check_not_meta(value, name)
 
 
 def read_scalars(*scalars: Tensor) -> list[float]:
@@ -61,7 +73,8 @@ def read_scalars(*scalars: Tensor) -> list[float]:
     if not scalars:
         return []
     device = scalars[0].device
-    return torch.stack([s.to(device=device, dtype=torch.float64) for s in scalars]).tolist()
+    return torch.stack([s if s.dtype == torch.float64 and s.device == device
+                        else s.to(device=device, dtype=torch.float64) for s in scalars]).tolist()
 
 
 def check_positive_int(value: object, name: str) -> int:

@@ -159,7 +159,8 @@ class FiniteDotProductAttention(DotProductAttention):
         else:  # nothing needs the scores again: the weights overwrite them
             weights = torch.softmax(scores, dim=-1, out=scores)
         if valid_lens is not None and empty is not None:  # some query may keep nothing: zeros
-            weights = weights.masked_fill(empty, 0.0) if weights.requires_grad else weights.masked_fill_(empty, 0.0)
+            fill = weights.masked_fill if weights.requires_grad else weights.masked_fill_
+            weights = fill(empty, 0.0)
         weights = weights.to(dtype)
         output = torch.bmm(self.dropout(weights), values)  # (B, Lq, dv)
         return (output, weights) if need_weights else output

@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mha_lib._checks import check_positive_int, check_tensor, read_scalars, tracing
+from mha_lib._checks import check_positive_int, check_size, check_tensor, read_scalars, tracing
 from mha_lib.masking import check_positions, mask_from_valid_lens
 from mha_lib.multihead import AttentionCache
 
@@ -51,8 +51,7 @@ def causal_keep_mask(num_cached: int, num_new: int, device=None) -> Tensor:
     Returns:
         (n, L + n) bool with ``n = num_new``, ``L = num_cached``.
     """
-    if isinstance(num_cached, bool) or not isinstance(num_cached, int) or num_cached < 0:
-        raise ValueError(f"num_cached must be an integer >= 0, got {num_cached!r}")
+    num_cached = check_size(num_cached, "num_cached")
     n = check_positive_int(num_new, "num_new")
     valid_lens = torch.arange(num_cached + 1, num_cached + n + 1, device=device)  # (n,)
     keep, _ = mask_from_valid_lens(valid_lens[None], num_cached + n)  # (1, n, L + n)
@@ -64,8 +63,7 @@ def kv_cache_bytes(
     dtype: torch.dtype = torch.float32,
 ) -> int:
     """Bytes a cache of ``length`` positions holds: keys and values, ``2 B H L d`` numbers a layer."""
-    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-        raise ValueError(f"length must be an integer >= 0, got {length!r}")
+    check_size(length, "length")
     for value, name in ((B, "B"), (num_kv_heads, "num_kv_heads"), (head_size, "head_size"),
                         (num_layers, "num_layers")):
         check_positive_int(value, name)

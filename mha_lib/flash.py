@@ -29,11 +29,11 @@ from mha_lib._checks import check_positive_int
 from mha_lib.attention import check_qkv
 from mha_lib.masking import mask_from_valid_lens, read_valid_lens
 
-__all__ = ["online_softmax_blocks", "tiled_attention", "tiled_attention_steps"]
+__all__ = ["OnlineSoftmaxState", "online_softmax_blocks", "tiled_attention", "tiled_attention_steps"]
 
 
 @dataclass
-class _OnlineSoftmaxState:
+class OnlineSoftmaxState:
     """What the online softmax keeps per query after the keys ``0 .. keys_seen - 1``.
 
     Shapes:
@@ -80,7 +80,7 @@ def online_softmax_blocks(
     valid_lens: Tensor | Sequence[float] | None = None,
     *,
     block_size: int = 64,
-) -> Iterator[_OnlineSoftmaxState]:
+) -> Iterator[OnlineSoftmaxState]:
     """The online softmax: walk the keys in blocks, yield the running state after each block.
 
     Shapes and arguments as in :func:`tiled_attention`; the last state's ``output`` is the
@@ -112,9 +112,9 @@ def online_softmax_blocks(
         s = s * correction + p.sum(dim=-1)
         acc = acc * correction[..., None] + p @ values[:, start:stop]  # (B, Lq, dv)
         m = m_new
-        yield _OnlineSoftmaxState(stop, m, s, acc)
+        yield OnlineSoftmaxState(stop, m, s, acc)
     if end == 0:  # every row has valid length 0: nothing to walk
-        yield _OnlineSoftmaxState(0, m, s, acc)
+        yield OnlineSoftmaxState(0, m, s, acc)
 
 
 def _longest(valid_lens) -> int:
@@ -163,7 +163,7 @@ def tiled_attention_steps(
     valid_lens: Tensor | Sequence[float] | None = None,
     *,
     block_size: int = 64,
-) -> list[_OnlineSoftmaxState]:
+) -> list[OnlineSoftmaxState]:
     """Every intermediate state of :func:`tiled_attention`, one per block (for figures).
 
     The last state's ``output`` is what :func:`tiled_attention` returns.

@@ -40,6 +40,7 @@ from mha_lib.attention import FiniteDotProductAttention, check_qkv
 from mha_lib.heads import merge_heads, split_heads
 from mha_lib.masking import check_positions, softmax_over_kept
 from mha_lib.multihead import (
+    MultiHeadAttention,
     attend_heads,
     cached_keys_values,
     check_cached_attention,
@@ -48,7 +49,7 @@ from mha_lib.multihead import (
 )
 from mha_lib.positions import rotary
 
-__all__ = ["GroupedQueryAttention", "grouped_attention", "kv_head_of"]
+__all__ = ["GroupedQueryAttention", "gqa_from_mha", "grouped_attention", "kv_head_of"]
 
 
 def kv_head_of(num_heads: int, num_kv_heads: int) -> list[int]:
@@ -209,7 +210,7 @@ class GroupedQueryAttention(nn.Module):
             start = 0 if cache is None else len(cache)
             positions = torch.arange(start, start + Lq, device=q.device)  # (Lq,)
         else:
-            positions = check_positions(positions, B, Lq).to(q.device)[:, None]  # (B, 1, Lq)
+            positions = check_positions(positions, B, Lq).to(q.device)  # (B, Lq)
         key_positions = positions if Lk == Lq else torch.arange(Lk, device=k.device)
         return rotary(q, positions), rotary(k, key_positions)
 
@@ -243,5 +244,57 @@ class GroupedQueryAttention(nn.Module):
                     "positions place the queries and, in self-attention, the keys: with "
                     f"{Lq} queries but {keys.shape[1]} keys, leave positions=None"
                 )
-        valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates, device=queries.device)
+        valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
+                                            device=queries.device)
         return valid_lens, gates
+
+
+def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAttention:
+    """Grouped-query attention initialised from multi-head attention by mean-pooling.
+
+    The starting point of *uptraining* (Ainslie et al., 2023): ``W_q`` and ``W_o`` (weights and
+    biases) are copied, and the key and value heads of each group are averaged. Group j is the
+    g = H / Hkv *consecutive* query heads ``j*g .. j*g + g - 1`` that share key/value head j
+    (:func:`kv_head_of`), so key head j of the result is the mean of ``mha``'s key heads
+    ``j*g .. j*g + g - 1`` (their rows of ``W_k``), and likewise for the values. With
+    ``num_kv_heads = H`` the result computes exactly what ``mha`` computes; with fewer it is an
+    approximation that a short fine-tune then repairs.
+
+    Shapes:
+        mha.W_k.weight, mha.W_v.weight: (H*d, D) -> W_k.weight, W_v.weight: (Hkv*d, D)
+
+    Args:
+        mha: a :class:`~mha_lib.multihead.MultiHeadAttention` whose query, key and value sizes
+            equal its width D (self-attention shapes), not modified.
+        num_kv_heads: Hkv, the key/value heads of the result; must divide H.
+
+    Returns:
+        a :class:`GroupedQueryAttention` with ``mha``'s H, D, dropout rate, bias, dtype, device
+        and training mode.
+    """
+    if not isinstance(mha, MultiHeadAttention):
+        raise ValueError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
+    H, D = mha.num_heads, mha.W_q.out_features
+    sizes = {"query_size": mha.W_q.in_features, "key_size": mha.W_k.in_features,
+             "value_size": mha.W_v.in_features, "W_o's input size": mha.W_o.in_features,
+             "W_o's output size": mha.W_o.out_features}
+    for name, size in sizes.items():
+        if size != D:
+            raise ValueError(f"mha must have every size equal to its width D = {D} (grouped-"
+                             f"query attention maps D features to D), got {name} = {size}")
+    Hkv = max(kv_head_of(H, num_kv_heads)) + 1  # checks that num_kv_heads divides H
+    d, g = D // H, H // Hkv
+    weight = mha.W_q.weight
+    gqa = GroupedQueryAttention(D, H, Hkv, mha.attention.dropout.p, bias=mha.W_q.bias is not None)
+    gqa = gqa.to(device=weight.device, dtype=weight.dtype).train(mha.training)
+    with torch.no_grad():
+        gqa.W_q.load_state_dict(mha.W_q.state_dict())
+        gqa.W_o.load_state_dict(mha.W_o.state_dict())
+        for name in ("W_k", "W_v"):
+            source, target = getattr(mha, name), getattr(gqa, name)
+            # (H*d, D) -> (Hkv, g, d, D) -> mean over the group -> (Hkv*d, D)
+            target.weight.copy_(source.weight.reshape(Hkv, g, d, D).mean(1).reshape(Hkv * d, D))
+            if source.bias is not None:
+                # (H*d,) -> (Hkv, g, d) -> mean over the group -> (Hkv*d,)
+                target.bias.copy_(source.bias.reshape(Hkv, g, d).mean(1).reshape(Hkv * d))
+    return gqa

@@ -17,7 +17,7 @@ smaller module with fewer parameters and the same output as the gated original.
 
 Shape legend
     B   batch size
-    N   layers (when gates are per layer)
+    num_layers  layers (when gates are per layer)
     H   heads
     Lq  queries, Lk key-value pairs
     d   head size
@@ -111,25 +111,25 @@ def attention_entropy(weights: Tensor, valid_lens: Tensor | Sequence[float] | No
 
 
 def _check_shape(heads: object) -> tuple[int, ...]:
-    """``heads`` as a shape: ``(H,)`` for an int H, ``(N, H)`` for a pair."""
+    """``heads`` as a shape: ``(H,)`` for an int H, ``(num_layers, H)`` for a pair."""
     if isinstance(heads, tuple) and len(heads) == 2:
-        return (check_positive_int(heads[0], "heads[0] (N)"), check_positive_int(heads[1], "heads[1] (H)"))
+        return (check_positive_int(heads[0], "heads[0] (num_layers)"), check_positive_int(heads[1], "heads[1] (H)"))
     if isinstance(heads, numbers.Integral) and not isinstance(heads, bool):
         return (check_positive_int(heads, "heads"),)
-    raise ValueError(f"heads must be H (an integer >= 1) or a pair (N, H) of layers and heads, got {heads!r}")
+    raise ValueError(f"heads must be H (an integer >= 1) or a pair (num_layers, H) of layers and heads, got {heads!r}")
 
 
 def _check_pairs(removed: object, shape: tuple[int, int]) -> list[tuple[int, int]]:
-    N, H = shape
+    num_layers, H = shape
     if isinstance(removed, (str, bytes, Tensor)) or not isinstance(removed, Iterable):
         raise ValueError(f"removed must be an iterable of (layer, head) pairs, got {removed!r}")
     pairs = list(removed)
     for item in pairs:
         if (not isinstance(item, tuple) or len(item) != 2
                 or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in item)
-                or not (0 <= item[0] < N and 0 <= item[1] < H)):
+                or not (0 <= item[0] < num_layers and 0 <= item[1] < H)):
             raise ValueError(
-                f"removed must hold (layer, head) pairs with layer in [0, {N}) and head in [0, {H}), got {item!r}"
+                f"removed must hold (layer, head) pairs with layer in [0, {num_layers}) and head in [0, {H}), got {item!r}"
             )
     if len(set(pairs)) != len(pairs):
         raise ValueError(f"removed must not repeat a head, got {pairs}")
@@ -140,15 +140,15 @@ def head_gates(heads: int | tuple[int, int], removed: Iterable = ()) -> Tensor:
     """Gates for ``head_mask``: 1 everywhere except 0 at the ``removed`` heads.
 
     Args:
-        heads: H, for one attention layer, or ``(N, H)`` for N layers of H heads.
+        heads: H, for one attention layer, or ``(num_layers, H)`` for that many layers of H heads.
         removed: head indices in ``[0, H)`` (a list, tuple or integer tensor), or with
-            ``(N, H)`` the ``(layer, head)`` pairs to switch off.
+            ``(num_layers, H)`` the ``(layer, head)`` pairs to switch off.
 
     Returns:
-        (H,) or (N, H) float gates.
+        (H,) or (num_layers, H) float gates.
 
     Raises:
-        ValueError: heads not H or (N, H), an unknown or repeated head in removed.
+        ValueError: heads not H or (num_layers, H), an unknown or repeated head in removed.
     """
     shape = _check_shape(heads)
     gates = torch.ones(shape)
@@ -172,10 +172,10 @@ def ablation(evaluate: Callable[[Tensor], float], heads: int | tuple[int, int]) 
     Args:
         evaluate: ``evaluate(gates) -> number``, e.g. the accuracy of the model run with
             ``head_mask=gates``.
-        heads: H, or ``(N, H)`` for gates per layer.
+        heads: H, or ``(num_layers, H)`` for gates per layer.
 
     Returns:
-        (H,) or (N, H): entry ``h`` (or ``[n, h]``) is ``evaluate`` without that head.
+        (H,) or (num_layers, H): entry ``h`` (or ``[n, h]``) is ``evaluate`` without that head.
 
     Raises:
         ValueError: evaluate not callable, or returning something that is not a real number.
@@ -191,7 +191,7 @@ def ablation(evaluate: Callable[[Tensor], float], heads: int | tuple[int, int]) 
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise ValueError(f"evaluate must return a real number, got {value!r}")
         values.append(float(value))
-    return torch.tensor(values).reshape(shape)  # (H,) or (N*H,) -> (N, H)
+    return torch.tensor(values).reshape(shape)  # (H,) or (num_layers*H,) -> (num_layers, H)
 
 
 def gradient_importance(
@@ -209,12 +209,12 @@ def gradient_importance(
 
     Args:
         per_example_loss: ``per_example_loss(gates) -> (B,)`` losses, with gates of shape
-            (B, H) (or (B, N, H)) passed to the model as its ``head_mask``.
+            (B, H) (or (B, num_layers, H)) passed to the model as its ``head_mask``.
         batch_size: B.
-        heads: H, or ``(N, H)``.
+        heads: H, or ``(num_layers, H)``.
 
     Returns:
-        (H,) or (N, H) non-negative importances.
+        (H,) or (num_layers, H) non-negative importances.
 
     Raises:
         ValueError: per_example_loss not callable or not returning (B,) losses that depend
@@ -224,12 +224,12 @@ def gradient_importance(
         raise ValueError(f"per_example_loss must be a function of the gates, got {per_example_loss!r}")
     B = check_positive_int(batch_size, "batch_size")
     shape = _check_shape(heads)
-    gates = torch.ones(B, *shape, requires_grad=True)  # (B, H) or (B, N, H)
+    gates = torch.ones(B, *shape, requires_grad=True)  # (B, H) or (B, num_layers, H)
     losses = per_example_loss(gates)
     if not isinstance(losses, Tensor) or losses.shape != (B,) or not losses.requires_grad:
         got = f"shape {tuple(losses.shape)}" if isinstance(losses, Tensor) else type(losses).__name__
         raise ValueError(f"per_example_loss must return (B,) = ({B},) losses computed from the gates, got {got}")
-    (grad,) = torch.autograd.grad(losses.sum(), gates, allow_unused=True)  # (B, H) or (B, N, H)
+    (grad,) = torch.autograd.grad(losses.sum(), gates, allow_unused=True)  # (B, H) or (B, num_layers, H)
     if grad is None:
         raise ValueError("per_example_loss must use the gates (pass them as head_mask): no gradient reached them")
     return grad.abs().mean(dim=0)

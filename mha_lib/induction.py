@@ -15,13 +15,13 @@ position whose previous token was ``a`` (the token after the earlier ``a``) and 
 * :func:`train`, :func:`save`, :func:`load_pretrained`, :func:`main`   the experiment convention:
   ``python -m mha_lib.induction --out PATH`` retrains the shipped weights from the seed
 
-Heads are switched off with ``head_mask`` gates of shape (N, H), e.g.
-``mha_lib.importance.head_gates((N, H), [(1, 0)])``.
+Heads are switched off with ``head_mask`` gates of shape (num_layers, H), e.g.
+``mha_lib.importance.head_gates((num_layers, H), [(1, 0)])``.
 
 Shape legend
     B   batch size
     L   sequence length, 2 * half_len
-    N   number of layers (2)
+    num_layers  number of layers (2)
     H   heads per layer
     d   head size
     D   model width, H*d (``d_model``)
@@ -152,7 +152,7 @@ class Config:
     max_len: int = 64  # the longest sequence (start + L)
     d_model: int = 32  # D = H * d
     num_heads: int = 2  # H, per layer
-    num_layers: int = 2  # N
+    num_layers: int = 2
     position_infused: bool = True  # positions go into queries and keys, not values
     seed: int = 0
     steps: int = 5000
@@ -177,7 +177,7 @@ class Config:
 
 
 class AttentionOnlyTransformer(nn.Module):
-    """Token and position embeddings, N causal attention layers on a residual stream, unembedding.
+    """Token and position embeddings, ``num_layers`` causal attention layers on a residual stream, unembedding.
 
     The residual stream starts as the token embeddings ``X``; each layer adds its
     :class:`~mha_lib.multihead.MultiHeadAttention` output to it, with a causal mask (query
@@ -192,9 +192,9 @@ class AttentionOnlyTransformer(nn.Module):
 
     Shapes:
         tokens: (B, L) long in [0, V), start + L <= max_len
-        head_mask: None or (N, H) gates, row ``n`` passed to layer ``n``
+        head_mask: None or (num_layers, H) gates, row ``n`` passed to layer ``n``
         logits: (B, L, V), position ``i`` scores the token at ``i + 1``
-        weights: (B, N, H, L, L)
+        weights: (B, num_layers, H, L, L)
 
     Args:
         config: the sizes (:class:`Config`; its training fields are not used here).
@@ -219,7 +219,7 @@ class AttentionOnlyTransformer(nn.Module):
 
     @property
     def num_layers(self) -> int:
-        """N."""
+        """The number of layers."""
         return self.config.num_layers
 
     def forward(
@@ -230,18 +230,18 @@ class AttentionOnlyTransformer(nn.Module):
 
         Args:
             tokens: see the shapes.
-            head_mask: gates (N, H): 1 keeps a head, 0 removes it.
+            head_mask: gates (num_layers, H): 1 keeps a head, 0 removes it.
             need_weights: also return every head's attention weights.
             start: position of the first token (training draws it at random, so that every
                 position embedding serves in both halves of the task).
 
         Returns:
-            logits (B, L, V), or ``(logits, weights)`` with weights (B, N, H, L, L) when
+            logits (B, L, V), or ``(logits, weights)`` with weights (B, num_layers, H, L, L) when
             ``need_weights`` is true.
 
         Raises:
             ValueError: tokens not a (B, L) integer tensor in [0, V), start + L > max_len,
-                or a head_mask that is not (N, H).
+                or a head_mask that is not (num_layers, H).
         """
         cfg = self.config
         tokens = _check_tokens(tokens, cfg.vocab_size)
@@ -257,7 +257,7 @@ class AttentionOnlyTransformer(nn.Module):
         ):
             got = tuple(head_mask.shape) if isinstance(head_mask, Tensor) else type(head_mask).__name__
             raise ValueError(
-                f"head_mask must be a tensor of shape (N, H) = ({cfg.num_layers}, {cfg.num_heads}), got {got}"
+                f"head_mask must be a tensor of shape (num_layers, H) = ({cfg.num_layers}, {cfg.num_heads}), got {got}"
             )
         B, L = tokens.shape
         causal = causal_valid_lens(B, L)  # (B, L): query i sees keys 0..i
@@ -267,7 +267,7 @@ class AttentionOnlyTransformer(nn.Module):
             X = X + P
         weights = []
         for n, layer in enumerate(self.layers):
-            gates = None if head_mask is None else head_mask[n]  # (N, H) -> (H,)
+            gates = None if head_mask is None else head_mask[n]  # (num_layers, H) -> (H,)
             QK = X + P if cfg.position_infused else X  # queries and keys see the positions
             out = layer(QK, QK, X, causal, head_mask=gates, need_weights=need_weights)
             if need_weights:
@@ -276,7 +276,7 @@ class AttentionOnlyTransformer(nn.Module):
             X = X + out  # the residual stream, (B, L, D)
         logits = self.unembedding(X)  # (B, L, D) -> (B, L, V)
         if need_weights:
-            return logits, torch.stack(weights, dim=1)  # N x (B, H, L, L) -> (B, N, H, L, L)
+            return logits, torch.stack(weights, dim=1)  # num_layers x (B, H, L, L) -> (B, num_layers, H, L, L)
         return logits
 
 
@@ -311,7 +311,7 @@ def half_losses(model: AttentionOnlyTransformer, tokens: Tensor, head_mask: Tens
     which token comes next.
 
     Shapes:
-        tokens: (B, L) from :func:`make_repeated_batch`; head_mask: None or (N, H).
+        tokens: (B, L) from :func:`make_repeated_batch`; head_mask: None or (num_layers, H).
     """
     _check_model(model)
     tokens = _check_tokens(tokens)
@@ -325,7 +325,7 @@ def half_losses(model: AttentionOnlyTransformer, tokens: Tensor, head_mask: Tens
 
 
 class _HeadScores(NamedTuple):
-    """Per layer and head, what fraction of attention goes where (each (N, H), in [0, 1])."""
+    """Per layer and head, what fraction of attention goes where (each (num_layers, H), in [0, 1])."""
 
     previous_token: Tensor
     """Mean weight of query ``i`` on key ``i - 1`` (queries ``i >= 1``)."""
@@ -353,9 +353,9 @@ def attention_scores(weights: Tensor, tokens: Tensor) -> _HeadScores:
     """Previous-token and induction scores of attention weights on ``tokens``.
 
     Shapes:
-        weights: (B, N, H, L, L), e.g. from ``model(tokens, need_weights=True)``
+        weights: (B, num_layers, H, L, L), e.g. from ``model(tokens, need_weights=True)``
         tokens: (B, L)
-        returns: two (N, H) tensors (previous-token and induction scores)
+        returns: two (num_layers, H) tensors (previous-token and induction scores)
 
     Raises:
         ValueError: weights not 5-D floating point, or shapes that do not match tokens, or
@@ -368,22 +368,22 @@ def attention_scores(weights: Tensor, tokens: Tensor) -> _HeadScores:
     B, L = tokens.shape
     if weights.shape[0] != B or weights.shape[3:] != (L, L):
         raise ValueError(
-            f"weights must have shape (B, N, H, L, L) with (B, L) = {(B, L)} from tokens, "
+            f"weights must have shape (B, num_layers, H, L, L) with (B, L) = {(B, L)} from tokens, "
             f"got {tuple(weights.shape)}"
         )
     if L < 2:
         raise ValueError(f"tokens must have at least 2 positions, got L = {L}")
     i = torch.arange(1, L)  # queries with a previous position
-    previous = weights[..., i, i - 1].mean(dim=(0, 3))  # (B, N, H, L-1) -> (N, H)
+    previous = weights[..., i, i - 1].mean(dim=(0, 3))  # (B, num_layers, H, L-1) -> (num_layers, H)
     target = induction_targets(tokens)  # (B, L)
     has = target >= 0  # (B, L)
     if not has.any():
         raise ValueError("tokens must repeat some token: the induction score needs earlier occurrences")
     index = target.clamp(min=0)[:, None, None, :, None].expand(*weights.shape[:4], 1)
-    # index: (B, L) -> (B, N, H, L, 1); on_target: weight of each query on its target key
-    on_target = weights.gather(-1, index)[..., 0]  # (B, N, H, L)
+    # index: (B, L) -> (B, num_layers, H, L, 1); on_target: weight of each query on its target key
+    on_target = weights.gather(-1, index)[..., 0]  # (B, num_layers, H, L)
     mask = has[:, None, None, :].to(weights.dtype)  # (B, L) -> (B, 1, 1, L)
-    induction = (on_target * mask).sum(dim=(0, 3)) / mask.sum(dim=(0, 3))  # (N, H)
+    induction = (on_target * mask).sum(dim=(0, 3)) / mask.sum(dim=(0, 3))  # (num_layers, H)
     return _HeadScores(previous, induction)
 
 
@@ -392,11 +392,11 @@ def head_scores(model: AttentionOnlyTransformer, tokens: Tensor) -> _HeadScores:
     """Previous-token and induction score of every head of ``model`` on ``tokens`` (eval mode).
 
     Shapes:
-        tokens: (B, L), e.g. from :func:`make_repeated_batch`; returns two (N, H) tensors.
+        tokens: (B, L), e.g. from :func:`make_repeated_batch`; returns two (num_layers, H) tensors.
     """
     _check_model(model)
     with eval_mode(model):
-        _, weights = model(tokens, need_weights=True)  # (B, N, H, L, L)
+        _, weights = model(tokens, need_weights=True)  # (B, num_layers, H, L, L)
     return attention_scores(weights, tokens)
 
 

@@ -45,6 +45,7 @@ Shape legend
 from __future__ import annotations
 
 import base64
+import numbers
 import statistics
 import sys
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import check_bool, check_positive_int, check_size
+from mha_lib._checks import as_tensor, check_bool, check_not_meta, check_positive_int, check_size
 from mha_lib._modes import eval_mode
 from mha_lib.block import TransformerBlock
 from mha_lib.decoding import KVCache
@@ -75,7 +76,6 @@ from mha_lib.training import (
 
 __all__ = [
     "Config",
-    "HELD_OUT_SEED",
     "KIND",
     "PRETRAINED_PATH",
     "StoryLM",
@@ -83,6 +83,7 @@ __all__ = [
     "evaluate",
     "export",
     "held_out_stories",
+    "link_mask",
     "load_pretrained",
     "main",
     "next_token_losses",
@@ -95,7 +96,7 @@ KIND = "lm"
 """The ``kind`` of this experiment's checkpoints."""
 PRETRAINED_PATH = Path(str(resources.files("mha_lib") / "data" / "lm_stories.pt"))
 """The shipped checkpoint."""
-HELD_OUT_SEED = 1
+_HELD_OUT_SEED = 1
 """Seed of the held-out stories. Training step s of a run with seed c reads
 ``sample_stories(batch_size, 2 * (c * 10**6 + s))``: even seeds only, so no odd seed is seen."""
 _STEPS_PER_SEED = 10**6
@@ -197,9 +198,10 @@ class StoryLM(nn.Module):
         B, L = ids.shape
         gates = None
         if head_mask is not None:
-            gates = torch.as_tensor(head_mask, dtype=torch.float32)
-            if gates.shape != (cfg.num_layers, cfg.num_heads):
-                raise ValueError(f"head_mask must have shape (N, H) = ({cfg.num_layers}, {cfg.num_heads}), got {tuple(gates.shape)}")
+            gates = as_tensor(head_mask, "head_mask", "a tensor of gates (N, H)")
+            if gates.dtype == torch.bool or gates.is_complex() or gates.shape != (cfg.num_layers, cfg.num_heads):
+                raise ValueError(f"head_mask must have shape (N, H) = ({cfg.num_layers}, {cfg.num_heads}) and real "
+                                 f"gates, got {gates.dtype} of shape {tuple(gates.shape)}")
         if cache is None:
             lens = torch.arange(1, L + 1).expand(B, L)  # (B, L): causal, query i sees keys 0..i
             if valid_lens is not None:
@@ -228,9 +230,10 @@ class StoryLM(nn.Module):
     def _check_ids(self, ids: object, name: str) -> Tensor:
         V = self.config.vocab_size
         if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.is_floating_point() or ids.is_complex() \
-                or ids.dtype == torch.bool or 0 in ids.shape or ids.device.type == "meta":
-            got = f"{ids.dtype} of shape {tuple(ids.shape)} on {ids.device}" if isinstance(ids, Tensor) else type(ids).__name__
+                or ids.dtype == torch.bool or 0 in ids.shape:
+            got = f"{ids.dtype} of shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
             raise ValueError(f"{name} must be a non-empty integer tensor of shape (B, L), got {got}")
+        check_not_meta(ids, name)
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= V:
             raise ValueError(f"{name} must hold token ids in [0, {V}), got values in [{low}, {high}]")
@@ -301,14 +304,15 @@ class StoryLM(nn.Module):
         ok = isinstance(prompts, Sequence) and not isinstance(prompts, (str, bytes)) and len(prompts) > 0
         if ok:
             prompts = [list(p) if isinstance(p, Sequence) and not isinstance(p, (str, bytes)) else None for p in prompts]
-            ok = all(p and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < V for i in p) for p in prompts)
+            ok = all(p and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < V for i in p)
+                     for p in prompts)
         if not ok:
             raise ValueError(f"prompts must be a non-empty list of non-empty lists of token ids in [0, {V}), got {prompts!r:.100}")
-        return prompts
+        return [[int(i) for i in p] for p in prompts]
 
 
 def _check_lens(valid_lens: object, B: int, L: int) -> Tensor:
-    lens = torch.as_tensor(valid_lens)
+    lens = as_tensor(valid_lens, "valid_lens", f"(B,) = ({B},) integers in [1, L = {L}]")
     if lens.shape != (B,) or lens.is_floating_point() or lens.dtype == torch.bool \
             or (B and (int(lens.min()) < 1 or int(lens.max()) > L)):
         raise ValueError(f"valid_lens must be (B,) = ({B},) integers in [1, L = {L}], got {valid_lens!r:.80}")
@@ -352,8 +356,8 @@ def tokens_per_second(model: StoryLM, prompts: Sequence[Sequence[int]], max_new_
 # --- measuring on stories -------------------------------------------------------------------------
 
 def held_out_stories(n: int = 500) -> list[Story]:
-    """Stories from :data:`HELD_OUT_SEED`, a seed no training run reads: every number is measured on these."""
-    return sample_stories(n, HELD_OUT_SEED)
+    """Stories from seed 1 (odd: training reads even seeds only), never trained on: every number is measured on these."""
+    return sample_stories(n, _HELD_OUT_SEED)
 
 
 def encode_stories(tokenizer: Tokenizer, stories: Sequence[Story]) -> tuple[Tensor, Tensor]:

@@ -8,7 +8,7 @@ does the relation's work should put weight from query ``i - 1`` on key ``j`` its
 
 * :func:`link_weights`  mean weight of every head from query ``i - 1`` on key ``j`` and ``j + 1``
 * :func:`find_heads`    for each relation, the head (layer, head, offset) with the most weight
-* :func:`link_losses`   the loss at each relation's linked tokens and at all the others
+* :func:`_link_losses`   the loss at each relation's linked tokens and at all the others
 * :func:`ablate`        the same losses with one head gated off (``head_mask``)
 * :func:`bigram_table`, :func:`bigram_loss`   the baseline that sees only the previous token
 
@@ -34,12 +34,10 @@ from mha_lib.lm import StoryLM, encode_stories, link_mask, next_token_losses
 from mha_lib.stories import RELATIONS, Story, Tokenizer
 
 __all__ = [
-    "HeadFinding",
     "ablate",
     "bigram_loss",
     "bigram_table",
     "find_heads",
-    "link_losses",
     "link_weights",
 ]
 
@@ -47,7 +45,7 @@ OFFSETS = (0, 1)
 """Where a head may read a link (i, j) from query i - 1: key j (0) or key j + 1 (1)."""
 
 
-class HeadFinding(NamedTuple):
+class _HeadFinding(NamedTuple):
     """The head that reads a relation's links the most."""
 
     layer: int
@@ -104,7 +102,7 @@ def _weights(model: StoryLM, stories: Sequence[Story]) -> Tensor:
     return weights
 
 
-def find_heads(model: StoryLM, stories: Sequence[Story]) -> dict[str, HeadFinding]:
+def find_heads(model: StoryLM, stories: Sequence[Story]) -> dict[str, _HeadFinding]:
     """For each relation, the (layer, head, offset) with the most mean weight on its links."""
     stories = _check_stories(stories)
     weights = _weights(model, stories)
@@ -115,11 +113,11 @@ def find_heads(model: StoryLM, stories: Sequence[Story]) -> dict[str, HeadFindin
             continue  # no link of this relation in these stories
         flat = int(scores.argmax())
         H, K = scores.shape[1:]
-        found[relation] = HeadFinding(flat // (H * K), flat // K % H, flat % K, float(scores.max()))
+        found[relation] = _HeadFinding(flat // (H * K), flat // K % H, flat % K, float(scores.max()))
     return found
 
 
-def link_losses(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | None = None) -> dict[str, float]:
+def _link_losses(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | None = None) -> dict[str, float]:
     """Mean loss (nats) at each relation's linked tokens, and at every other predicted token.
 
     Returns:
@@ -138,7 +136,7 @@ def link_losses(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | No
     return result
 
 
-def ablate(model: StoryLM, stories: Sequence[Story], heads: dict[str, HeadFinding] | None = None) -> dict[str, dict[str, float]]:
+def ablate(model: StoryLM, stories: Sequence[Story], heads: dict[str, _HeadFinding] | None = None) -> dict[str, dict[str, float]]:
     """Gate off each relation's head and measure the losses again.
 
     Args:
@@ -146,15 +144,15 @@ def ablate(model: StoryLM, stories: Sequence[Story], heads: dict[str, HeadFindin
 
     Returns:
         ``{relation: {"linked": (loss with the head, loss without), "rest": (...)}}``, losses
-        as in :func:`link_losses`: the relation's own linked tokens, and every token no relation links.
+        as in :func:`_link_losses`: the relation's own linked tokens, and every token no relation links.
     """
     stories = _check_stories(stories)
     heads = find_heads(model, stories) if heads is None else heads
     shape = (model.config.num_layers, model.config.num_heads)
-    before = link_losses(model, stories)
+    before = _link_losses(model, stories)
     result = {}
     for relation, found in heads.items():
-        after = link_losses(model, stories, head_gates(shape, [(found.layer, found.head)]))
+        after = _link_losses(model, stories, head_gates(shape, [(found.layer, found.head)]))
         result[relation] = {"linked": (before[relation], after[relation]), "rest": (before["rest"], after["rest"])}
     return result
 

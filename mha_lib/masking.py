@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from mha_lib._checks import (
+    as_tensor,
     check_bool,
     check_not_meta,
     check_size,
@@ -114,8 +115,11 @@ def read_valid_lens(
         values = _read(also)
         lowest = highest = None
     else:
-        lowest, highest, whole, *values = read_scalars(*_lens_summary(lens), *also)
-        _check_lens_values(lens, lowest, highest, whole, num_keys)
+        summary = _lens_summary(lens)
+        lowest, highest, *values = read_scalars(*summary, *also)
+        if len(summary) == 3:  # floats: whether every entry is a whole number
+            _check_whole(lens, values.pop(0))
+        _check_lens_values(lens, lowest, highest, num_keys)
         lowest, highest = int(lowest), int(highest)
     lens = lens.long() if device is None else lens.to(device=device, dtype=torch.long)
     return CheckedLens(lens, lowest, highest), values
@@ -154,12 +158,7 @@ def _read(scalars: Sequence[Tensor]) -> list[float | None]:
 
 def _as_lens_tensor(valid_lens: object) -> Tensor:
     """Valid lengths as a tensor of integers or floats (not yet checked for shape or values)."""
-    if not isinstance(valid_lens, Tensor):
-        try:
-            valid_lens = torch.as_tensor(valid_lens)
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise ValueError(f"valid_lens must be a tensor or a list of numbers: {err}") from None
-    check_not_meta(valid_lens, "valid_lens")
+    valid_lens = as_tensor(valid_lens, "valid_lens", "a tensor or a list of numbers")
     if valid_lens.dtype == torch.bool or valid_lens.is_complex():
         raise ValueError(
             f"valid_lens must hold integers or whole-number floats, got dtype {valid_lens.dtype}"
@@ -184,20 +183,23 @@ def _check_lens_shape(valid_lens: Tensor, batch_size: int, num_queries: int) -> 
         )
 
 
-def _lens_summary(valid_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Smallest entry, largest entry, and 1 if every entry is a whole number: 0-d tensors."""
+def _lens_summary(valid_lens: Tensor) -> tuple[Tensor, ...]:
+    """Smallest entry, largest entry and, for floats, 1 if every entry is a whole number:
+    0-d tensors, to be read at once."""
     lowest, highest = torch.aminmax(valid_lens)  # one pass for both
-    if valid_lens.is_floating_point():
-        whole = (torch.isfinite(valid_lens) & (valid_lens == valid_lens.round())).all()
-    else:
-        whole = torch.ones((), device=valid_lens.device)
+    if not valid_lens.is_floating_point():
+        return lowest, highest
+    whole = (torch.isfinite(valid_lens) & (valid_lens == valid_lens.round())).all()
     return lowest, highest, whole
 
 
-def _check_lens_values(valid_lens: Tensor, lowest, highest, whole, num_keys: int) -> None:
-    """Raise unless every entry is a whole number in [0, Lk] (from the values read at once)."""
+def _check_whole(valid_lens: Tensor, whole: float) -> None:
     if not whole:
         raise ValueError(f"valid_lens must be whole numbers, got {valid_lens.tolist()}")
+
+
+def _check_lens_values(valid_lens: Tensor, lowest, highest, num_keys: int) -> None:
+    """Raise unless every entry lies in [0, Lk] (from the values read at once)."""
     if lowest < 0:
         raise ValueError(f"valid_lens must be >= 0, got {valid_lens.tolist()}")
     if highest > num_keys:
@@ -557,14 +559,7 @@ def check_positions(positions: object, batch_size: int, num_new: int) -> Tensor:
         positions: (n,) (the same for every example) or (B, n), integers.
         returns: (B, n), possibly an expanded view.
     """
-    if not isinstance(positions, Tensor):
-        try:
-            positions = torch.as_tensor(positions)
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(
-                f"positions must be a tensor of integers, got {type(positions).__name__}"
-            ) from None
-    check_not_meta(positions, "positions")
+    positions = as_tensor(positions, "positions", "a tensor of integers")
     if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
         raise ValueError(f"positions must hold integers, got dtype {positions.dtype}")
     if positions.shape not in ((num_new,), (batch_size, num_new)):

@@ -30,11 +30,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mha_lib._checks import (
+    as_tensor,
     check_bool,
-    check_not_meta,
     check_positive_int,
     check_probability,
+    check_tensor,
     quiet_when_traced,
+    tracing,
 )
 from mha_lib.attention import DotProductAttention, FiniteDotProductAttention, check_qkv
 from mha_lib.heads import merge_heads, split_heads
@@ -166,7 +168,9 @@ class MultiHeadAttention(nn.Module):
         gates = check_head_mask(head_mask, self.num_heads, B, queries)
         if cache is not None:  # (no rule for non-finite inputs with a cache)
             num_keys = check_cached_attention(cache, queries, keys, positions)
-            return read_lens_and_gates(valid_lens, B, Lq, num_keys, gates, device=queries.device)[0], gates, None
+            valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
+                                                device=queries.device)
+            return valid_lens, gates, None
         if positions is not None:
             raise ValueError("positions place new tokens in a cache: pass cache= too")
         if valid_lens is None:  # the rule works on the device: no host read for it
@@ -209,7 +213,7 @@ def attend_heads(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    valid_lens: CheckedLens | None,
+    valid_lens: CheckedLens | Tensor | None,
     attention: DotProductAttention,
     *,
     need_weights: bool = False,
@@ -232,14 +236,20 @@ def attend_heads(
     Shapes:
         q: (B, H, Lq, d)
         k, v: (B, Hkv, Lk, d), Hkv dividing H
-        valid_lens: None, or a checked (B,) or (B, Lq)
+        valid_lens: None, (B,) or (B, Lq); a :class:`~mha_lib.masking.CheckedLens` is not read
+            again (the layers check theirs once, with everything else they read)
         gates: None or (B, H), multiplying each head's output
         returns: out (B, H, Lq, d) and weights (B, H, Lq, Lk) (None without ``need_weights``)
 
     Args:
         attention: gives the dropout rate (in training mode), and computes the weights path.
         nonfinite: ``MultiHeadAttention``'s rule for NaN and infinite inputs, or None.
+
+    Raises:
+        ValueError: tensors of other shapes, dtypes or devices, ``attention`` not a
+            ``DotProductAttention``, bad valid lengths or gates.
     """
+    valid_lens = _check_heads(q, k, v, valid_lens, attention, need_weights, gates)
     if nonfinite is not None:
         k, v = nonfinite.usable(k), nonfinite.usable(v)
     if valid_lens is not None and valid_lens.lowest == k.shape[2]:
@@ -253,6 +263,33 @@ def attend_heads(
     return out, weights
 
 
+@quiet_when_traced
+def _check_heads(q, k, v, valid_lens, attention, need_weights, gates) -> CheckedLens | None:
+    """The checks of :func:`attend_heads`; returns the checked valid lengths."""
+    check_tensor(q, "q", 4)
+    check_tensor(k, "k", 4)
+    check_tensor(v, "v", 4)
+    B, H, Lq, d = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != d or H % Hkv:
+        raise ValueError(
+            "k and v must both have shape (B, Hkv, Lk, d) with the queries' B and d and Hkv "
+            f"dividing H: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype or x.device != q.device:
+            raise ValueError(f"{name} is {x.dtype} on {x.device}, q is {q.dtype} on {q.device}")
+    if not isinstance(attention, DotProductAttention):
+        raise ValueError(
+            f"attention must be a mha_lib.DotProductAttention, got {type(attention).__name__}"
+        )
+    check_bool(need_weights, "need_weights")
+    if gates is not None and (not isinstance(gates, Tensor) or gates.shape != (B, H)):
+        raise ValueError(f"gates must be a tensor of shape (B, H) = ({B}, {H}), got {gates!r}")
+    valid_lens, _ = read_valid_lens(valid_lens, B, Lq, Lk, device=q.device)
+    return valid_lens
+
+
 def _attend_fused(q, k, v, valid_lens, attention, nonfinite) -> Tensor:
     """The fast path: ``F.scaled_dot_product_attention``, (B, H, Lq, d) -> (B, H, Lq, d)."""
     if _size(k, 2) == 0:  # no keys: nothing to attend to (the kernel would spread a NaN query)
@@ -264,9 +301,11 @@ def _attend_fused(q, k, v, valid_lens, attention, nonfinite) -> Tensor:
     dropout_p = attention.dropout.p if attention.training else 0.0
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
                                          enable_gqa=_grouped(q, k))  # (B, H, Lq, d)
+    # Write over the kernel's output, unless autograd keeps it (or a graph is being recorded)
+    mine = not (out.requires_grad or tracing())
     if empty is not None:  # a query with nothing to keep attended anywhere: zero it
-        out = out.masked_fill(empty, 0.0)
-    return out if nonfinite is None else nonfinite.spoil(out)
+        out = out.masked_fill_(empty, 0.0) if mine else out.masked_fill(empty, 0.0)
+    return out if nonfinite is None else nonfinite.spoil(out, inplace=mine)
 
 
 @quiet_when_traced
@@ -308,7 +347,9 @@ def _attend_folded(q, k, v, valid_lens, attention, nonfinite) -> tuple[Tensor, T
     return out.reshape(B, H, Lq, v.shape[-1]), weights.reshape(B, H, Lq, Lk)
 
 
-def check_head_mask(head_mask: object, num_heads: int, batch_size: int, like: Tensor) -> Tensor | None:
+def check_head_mask(
+    head_mask: object, num_heads: int, batch_size: int, like: Tensor
+) -> Tensor | None:
     """Return the head gates as a (B, H) tensor of ``like``'s dtype and device, or None.
 
     Only type and shape are checked here; :func:`read_lens_and_gates` checks that the gates are
@@ -323,15 +364,9 @@ def check_head_mask(head_mask: object, num_heads: int, batch_size: int, like: Te
     if head_mask is None:
         return None
     H = num_heads
-    try:
-        head_mask = torch.as_tensor(head_mask)
-    except (TypeError, ValueError, RuntimeError):
-        raise ValueError(
-            f"head_mask must be a tensor of gates (numbers), got {type(head_mask).__name__}"
-        ) from None
+    head_mask = as_tensor(head_mask, "head_mask", "a tensor of gates (numbers)")
     if head_mask.dtype == torch.bool or head_mask.is_complex():
         raise ValueError(f"head_mask must hold real numbers, got dtype {head_mask.dtype}")
-    check_not_meta(head_mask, "head_mask")
     head_mask = head_mask.to(dtype=like.dtype, device=like.device)  # keeps its gradient
     if head_mask.shape not in ((H,), (batch_size, H)):
         raise ValueError(
@@ -416,7 +451,11 @@ def check_cached_attention(cache: object, queries: Tensor, keys: Tensor, positio
 
 
 def cached_keys_values(
-    cache, k: Tensor, v: Tensor, valid_lens: CheckedLens | None, positions: Tensor | None
+    cache: AttentionCache,
+    k: Tensor,
+    v: Tensor,
+    valid_lens: CheckedLens | Tensor | None,
+    positions: Tensor | None,
 ) -> tuple[Tensor, Tensor, CheckedLens | None]:
     """Store the new keys and values in ``cache``; return all cached ones and the valid lengths.
 
@@ -427,12 +466,18 @@ def cached_keys_values(
 
     Shapes:
         k, v: (B, Hkv, n, d), the new positions
-        valid_lens: None, or checked (B,) or (B, n)
+        valid_lens: None, (B,) or (B, n) (a CheckedLens is not read again)
         returns: keys and values (B, Hkv, L + n, d), and the valid lengths (B, n) of the new
             queries (None when each may see everything)
     """
+    if not isinstance(cache, AttentionCache):
+        raise ValueError(
+            f"cache must be a mha_lib.decoding.KVCache or one of its layers, got {type(cache).__name__}"
+        )
+    check_tensor(k, "k", 4)
     B, _, n, _ = k.shape
     L = len(cache)
+    valid_lens, _ = read_valid_lens(valid_lens, B, n, L + n, device=k.device)
     k_all, v_all = cache.update(k, v, positions)  # (B, Hkv, L + n, d)
     if positions is None:  # query i sits at position L + i
         if valid_lens is None and n == 1:
@@ -508,9 +553,10 @@ class _NonFiniteRule(NamedTuple):
         nan_rows = torch.zeros(B, Lq, dtype=queries.dtype, device=queries.device)
         return cls(nan_rows.masked_fill(broken, float("nan")), finite_kv)
 
-    def spoil(self, x: Tensor) -> Tensor:
+    def spoil(self, x: Tensor, inplace: bool = False) -> Tensor:
         """x + NaN on the broken rows: x (B, H, Lq, ...) with the rows of (B, Lq)."""
-        return x + self.nan_rows[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
+        rows = self.nan_rows[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
+        return x.add_(rows) if inplace else x + rows
 
     def usable(self, x: Tensor) -> Tensor:
         """Keys or values (B, Hkv, Lk, d) with the non-finite pairs zeroed."""

@@ -5,7 +5,23 @@ learns about order only if positions enter the computation:
 
 * :func:`sinusoidal` the (L, D) table of Vaswani et al. (2017), added to the token embeddings;
 * :func:`rotary`     RoPE (Su et al., RoFormer): rotate queries and keys by angles proportional
-  to their position, so that the score of query position m and key position n depends on m - n.
+  to their position, so that the score of query position m and key position n depends on m - n;
+* :func:`rope_permutation` the permutation of the features that turns one RoPE convention into
+  the other.
+
+Two conventions say which features form a rotated pair (the angles are the same):
+
+* ``pairs="interleaved"`` (this book's default): pairs ``(2i, 2i+1)``, the RoFormer paper's
+  convention, also GPT-J's (``rotate_every_two``) and Meta's original LLaMA code (a complex
+  number per pair, ``torch.view_as_complex``);
+* ``pairs="halves"``: pairs ``(i, i + d/2)``, the convention of GPT-NeoX and of Hugging Face
+  ``transformers`` (``rotate_half``; its Llama checkpoints are Meta's with the rows of W_q and
+  W_k permuted, by :func:`rope_permutation`).
+
+A model trained with one convention and run with the other computes wrong scores. Permuting
+the output features of W_q and W_k (head by head) with :func:`rope_permutation` converts the
+weights: the rotated queries and keys are then the same vectors with their features permuted,
+and every score q . k is the same.
 
 Shape legend
     B   batch size
@@ -22,7 +38,11 @@ import numbers
 import torch
 from torch import Tensor
 
-from mha_lib._checks import check_tensor
+from mha_lib._checks import check_positive_int, check_tensor
+
+__all__ = ["frequencies", "rope_permutation", "rotary", "sinusoidal"]
+
+_PAIRS = ("interleaved", "halves")
 
 
 def frequencies(width: int, base: float = 10000.0) -> Tensor:
@@ -52,30 +72,77 @@ def sinusoidal(L: int, D: int, base: float = 10000.0) -> Tensor:
     return table.float()
 
 
-def rotary(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
+def rotary(x: Tensor, positions: Tensor, base: float = 10000.0, *,
+           pairs: str = "interleaved") -> Tensor:
     """Rotary position embedding (RoPE, Su et al.): rotate queries or keys by their positions.
 
-    Feature pair ``(x[..., 2i], x[..., 2i+1])`` at position p is rotated by the angle
-    ``p * base**(-2i/d)``. Rotations preserve lengths, and the dot product of a query rotated
-    to position m with a key rotated to position n depends only on m - n.
+    Feature pair i at position p is rotated by the angle ``p * base**(-2i/d)``, i = 0 .. d/2 - 1.
+    Rotations preserve lengths, and the dot product of a query rotated to position m with a key
+    rotated to position n depends only on m - n. Which features form pair i is a convention:
+
+    * ``pairs="interleaved"`` (default): features ``(2i, 2i+1)``, as in the RoFormer paper,
+      GPT-J and Meta's original LLaMA code;
+    * ``pairs="halves"``: features ``(i, i + d/2)``, as GPT-NeoX and Hugging Face
+      ``transformers`` (``rotate_half``, its Llama models) rotate.
+
+    ``rotary(x[..., perm], p, pairs="halves") == rotary(x, p)[..., perm]`` with
+    ``perm = rope_permutation(d)``: see :func:`rope_permutation`.
 
     Shapes:
         x: (B, H, L, d), d even (queries or keys, after the heads are split)
-        positions: (L,) integers, or any integer shape that broadcasts to (B, H, L)
+        positions: (L,) the same for every example, (B, L) one row per example (shared by the
+            heads), or a 3-D integer tensor that broadcasts to (B, H, L)
         returns: (B, H, L, d), same dtype as ``x``
 
     Args:
         x: queries or keys.
-        positions: the position of every row of ``x``.
+        positions: the position of every row of ``x`` (integers; e.g. an offset past a KV cache).
         base: the wavelength scale, > 1.
+        pairs: ``"interleaved"`` or ``"halves"``, the convention above.
     """
     positions = _check_rotary_args(x, positions, base)
+    if pairs not in _PAIRS:
+        raise ValueError(f"pairs must be one of {_PAIRS}, got {pairs!r}")
+    if positions.dim() == 2:
+        positions = positions[:, None]  # (B, L) -> (B, 1, L): the same for every head
     d = x.shape[-1]
     angles = positions[..., None].double() * frequencies(d, base).to(x.device)  # (..., L, d/2)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if pairs == "halves":
+        first, second = x[..., : d // 2], x[..., d // 2 :]  # (B, H, L, d) -> 2 x (B, H, L, d/2)
+        return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
     x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (B, H, L, d) -> 2 x (B, H, L, d/2)
     rotated = torch.stack((x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1)
     return rotated.flatten(-2)  # (B, H, L, d/2, 2) -> (B, H, L, d), pairs back in place
+
+
+def rope_permutation(d: int, num_heads: int = 1) -> Tensor:
+    """The permutation of the features that maps the interleaved RoPE convention onto halves.
+
+    Interleaved feature ``2i`` becomes halves feature ``i`` and ``2i+1`` becomes ``i + d/2``:
+    ``perm = [0, 2, 4, ..., d-2, 1, 3, ..., d-1]``, and ``x[..., perm]`` puts interleaved pairs
+    where the halves convention expects them, so that
+    ``rotary(x[..., perm], p, pairs="halves") == rotary(x, p, pairs="interleaved")[..., perm]``.
+    Permuting both queries and keys leaves every score q . k unchanged, so a model converts
+    from interleaved to halves by permuting the output features (rows) of W_q and W_k:
+    ``W.weight[perm]`` (and ``W.bias[perm]``); W_v and W_o stay as they are. This is what
+    Hugging Face's script ``convert_llama_weights_to_hf.py`` does to Meta's checkpoints.
+    ``torch.argsort(perm)`` is the permutation the other way (halves to interleaved).
+
+    Shapes:
+        returns: (H*d,) ``torch.long``, each head's d features permuted within the head
+        (index ``h*d + j``), so that it indexes the D = H*d outputs of W_q or W_k directly.
+
+    Args:
+        d: the head size, even and >= 2.
+        num_heads: H, the number of heads; 1 permutes one head's d features.
+    """
+    d = check_positive_int(d, "d")
+    if d % 2:
+        raise ValueError(f"d must be an even integer >= 2 (features are rotated in pairs), got {d}")
+    H = check_positive_int(num_heads, "num_heads")
+    one_head = torch.arange(d).reshape(d // 2, 2).T.reshape(d)  # (d/2, 2) -> (2, d/2) -> (d,)
+    return (torch.arange(H)[:, None] * d + one_head).reshape(H * d)  # (H, d) -> (H*d,)
 
 
 def _check_base(base: object) -> None:
@@ -114,17 +181,16 @@ def _check_rotary_args(x: object, positions: object, base: object) -> Tensor:
     B, H, L, _ = x.shape
     if positions.dim() == 0 or positions.dim() > 3 or positions.shape[-1] != L:
         raise ValueError(
-            f"positions must have shape (L,) = ({L},) or broadcast to (B, H, L) = ({B}, {H}, {L}), "
-            f"got {tuple(positions.shape)}"
+            f"positions must have shape (L,) = ({L},), (B, L) = ({B}, {L}) or broadcast to "
+            f"(B, H, L) = ({B}, {H}, {L}), got {tuple(positions.shape)}"
         )
+    per_head = positions[:, None] if positions.dim() == 2 else positions  # (B, L) -> (B, 1, L)
     try:
-        fits = torch.broadcast_shapes(positions.shape, (B, H, L)) == (B, H, L)
+        fits = torch.broadcast_shapes(per_head.shape, (B, H, L)) == (B, H, L)
     except RuntimeError:
         fits = False
     if not fits:
-        raise ValueError(
-            f"positions of shape {tuple(positions.shape)} do not broadcast to "
-            f"(B, H, L) = ({B}, {H}, {L})"
-        )
+        want = f"(B, L) = ({B}, {L})" if positions.dim() == 2 else f"(B, H, L) = ({B}, {H}, {L})"
+        raise ValueError(f"positions of shape {tuple(positions.shape)} do not broadcast to {want}")
     _check_base(base)
     return positions.to(x.device)

@@ -37,6 +37,7 @@ from typing import Sequence
 from mha_lib._checks import check_positive_int, check_size
 
 __all__ = [
+    "GENDER",
     "RELATIONS",
     "Story",
     "Tokenizer",
@@ -46,46 +47,46 @@ __all__ = [
 RELATIONS = ("antecedent", "recall", "possession")
 """The relations every :class:`Story` lists in ``links`` (each possibly empty)."""
 
-FEMALE = ("mia", "emma", "lily", "zoe", "anna", "ella", "ruby", "nora", "ava", "ivy", "lucy",
+_FEMALE = ("mia", "emma", "lily", "zoe", "anna", "ella", "ruby", "nora", "ava", "ivy", "lucy",
           "maya", "rosa", "lena", "sara", "grace", "alice", "hana", "clara", "ada", "june",
           "iris", "nina", "eva", "mei", "priya", "leila", "dana", "tess", "wren", "kim", "fay")
-MALE = ("leo", "max", "sam", "ben", "tom", "jack", "omar", "noah", "finn", "ravi", "hugo",
+_MALE = ("leo", "max", "sam", "ben", "tom", "jack", "omar", "noah", "finn", "ravi", "hugo",
         "luca", "theo", "eli", "kai", "adam", "oscar", "felix", "jonah", "milo", "ivan", "arlo",
         "ezra", "jude", "raj", "tariq", "paul", "dev", "ken", "carl", "nico", "ugo")
-OBJECTS = ("kite", "ball", "hat", "book", "cup", "bike", "box", "bag", "coat", "drum", "boat",
+_OBJECTS = ("kite", "ball", "hat", "book", "cup", "bike", "box", "bag", "coat", "drum", "boat",
            "car", "lamp", "sock", "scarf", "shell", "toy", "train", "doll", "flag", "bell",
            "pen", "chair", "mug", "key", "map", "rope", "shoe", "brush", "basket", "bowl",
            "tent", "sled", "wagon", "ring", "kettle")
-COLOURS = ("red", "blue", "green", "yellow", "pink", "purple", "silver", "black", "white",
+_COLOURS = ("red", "blue", "green", "yellow", "pink", "purple", "silver", "black", "white",
            "brown", "gray", "gold")
-PLACES = ("park", "garden", "river", "beach", "school", "market", "forest", "hill", "farm",
+_PLACES = ("park", "garden", "river", "beach", "school", "market", "forest", "hill", "farm",
           "lake", "library", "kitchen", "zoo", "yard", "town", "pond", "shop", "field", "bridge",
           "castle")
-ACTIONS = ("runs", "walks", "jumps", "sings", "reads", "draws", "dances", "swims", "laughs",
+_ACTIONS = ("runs", "walks", "jumps", "sings", "reads", "draws", "dances", "swims", "laughs",
            "sleeps", "waits", "rests", "sits", "hides", "smiles", "claps", "whistles", "hums",
            "skips", "writes")
-FEELINGS = ("happy", "tired", "hungry", "sad", "bored", "sleepy", "cold", "busy", "excited",
+_FEELINGS = ("happy", "tired", "hungry", "sad", "bored", "sleepy", "cold", "busy", "excited",
             "proud", "brave", "kind", "lonely", "curious", "scared", "calm", "glad", "shy",
             "silly", "cross")
-SOCIAL = ("helps", "thanks", "calls", "visits", "hugs", "meets", "follows", "finds", "watches",
+_SOCIAL = ("helps", "thanks", "calls", "visits", "hugs", "meets", "follows", "finds", "watches",
           "teaches", "greets", "tickles", "chases", "remembers")
-FOODS = ("pear", "cake", "bread", "soup", "plum", "cookie", "banana", "peach", "pie", "bun",
+_FOODS = ("pear", "cake", "bread", "soup", "plum", "cookie", "banana", "peach", "pie", "bun",
          "carrot", "melon")
-ANIMALS = ("dog", "cat", "bird", "duck", "frog", "fish", "horse", "cow", "goat", "sheep", "bee",
+_ANIMALS = ("dog", "cat", "bird", "duck", "frog", "fish", "horse", "cow", "goat", "sheep", "bee",
            "fox", "hen", "rabbit", "mouse", "snail", "pony", "crab")
-WEATHER = {"sun": "warm", "wind": "soft", "sky": "clear", "grass": "wet", "moon": "bright",
+_WEATHER = {"sun": "warm", "wind": "soft", "sky": "clear", "grass": "wet", "moon": "bright",
            "air": "fresh"}
 """Things of the weather and the one word that always describes them."""
-PRONOUNS = {  # gender -> (subject, object, possessive)
+_PRONOUNS = {  # gender -> (subject, object, possessive)
     "f": ("she", "her", "her"),
     "m": ("he", "him", "his"),
 }
-FUNCTION_WORDS = ("a", "the", "is", "has", "brings", "and", "because", "likes", "plays",
+_FUNCTION_WORDS = ("a", "the", "is", "has", "brings", "and", "because", "likes", "plays",
                   "with", "shows", "go", "goes", "walk", "to", "at", "eats", "one", "day",
                   "in", "morning", "then", "later", "after", "that", "end", "home", "night",
                   "everyone", "sees", "'s", ".", ",")
-SPECIALS = ("<pad>", "<unk>")
-GENDER = {**{name: "f" for name in FEMALE}, **{name: "m" for name in MALE}}
+_SPECIALS = ("<pad>", "<unk>")
+GENDER = {**{name: "f" for name in _FEMALE}, **{name: "m" for name in _MALE}}
 """The gender of every name (``"f"`` or ``"m"``), which fixes its pronouns."""
 
 _PUNCTUATION = {".", ",", "'s", "!", "?", ":"}
@@ -134,9 +135,9 @@ class Tokenizer:
         if isinstance(vocab, str) or not all(isinstance(t, str) and t for t in vocab):
             raise ValueError(f"vocab must be a sequence of non-empty strings, got {vocab!r:.80}")
         vocab = list(vocab)
-        if vocab[: len(SPECIALS)] != list(SPECIALS) or len(set(vocab)) != len(vocab):
+        if vocab[: len(_SPECIALS)] != list(_SPECIALS) or len(set(vocab)) != len(vocab):
             raise ValueError(
-                f"vocab must start with {list(SPECIALS)} and hold each token once, "
+                f"vocab must start with {list(_SPECIALS)} and hold each token once, "
                 f"got {vocab[:4]!r}... with {len(vocab) - len(set(vocab))} repeats"
             )
         self.vocab = vocab
@@ -176,7 +177,7 @@ class Tokenizer:
             ValueError: ``ids`` not a sequence of integers in ``[0, vocab_size)``.
         """
         tokens = [self.vocab[i] for i in self._check_ids(ids) if i != self.pad_id]
-        return detokenize(tokens)
+        return _detokenize(tokens)
 
     def _check_ids(self, ids: object) -> list[int]:
         try:
@@ -194,7 +195,7 @@ def _is_int(value: object) -> bool:
     return not isinstance(value, (bool, float, str)) and hasattr(value, "__index__")
 
 
-def detokenize(tokens: Sequence[str]) -> str:
+def _detokenize(tokens: Sequence[str]) -> str:
     """Join tokens into text: no space before punctuation, capitals for names and sentence starts."""
     words, start = [], True
     for token in tokens:
@@ -211,9 +212,9 @@ def detokenize(tokens: Sequence[str]) -> str:
 
 
 def _default_vocab() -> list[str]:
-    words = (FEMALE + MALE + OBJECTS + COLOURS + PLACES + ACTIONS + FEELINGS + SOCIAL + FOODS
-             + ANIMALS + tuple(WEATHER) + tuple(WEATHER.values()) + tuple(PRONOUNS["f"]) + tuple(PRONOUNS["m"]) + FUNCTION_WORDS)
-    return list(SPECIALS) + list(dict.fromkeys(words))
+    words = (_FEMALE + _MALE + _OBJECTS + _COLOURS + _PLACES + _ACTIONS + _FEELINGS + _SOCIAL + _FOODS
+             + _ANIMALS + tuple(_WEATHER) + tuple(_WEATHER.values()) + tuple(_PRONOUNS["f"]) + tuple(_PRONOUNS["m"]) + _FUNCTION_WORDS)
+    return list(_SPECIALS) + list(dict.fromkeys(words))
 
 
 # --- the grammar ------------------------------------------------------------------------------
@@ -246,7 +247,7 @@ class _Character:
 
     def pronoun(self, case: int) -> str:
         """Case 0: subject (she/he), 1: object (her/him), 2: possessive (her/his)."""
-        return PRONOUNS[GENDER[self.name]][case]
+        return _PRONOUNS[GENDER[self.name]][case]
 
 
 def _subject(w: _Writer, c: _Character) -> None:
@@ -260,7 +261,7 @@ def _because(w: _Writer, rng: random.Random, a: _Character, b: _Character | None
     w.add("because")
     w.link("antecedent", a.pronoun(0), a.where)
     if b is None:
-        w.add("is", rng.choice(FEELINGS))
+        w.add("is", rng.choice(_FEELINGS))
     else:
         w.add("likes")
         w.link("antecedent", b.pronoun(1), b.where)
@@ -282,10 +283,10 @@ def _sentence(w: _Writer, rng: random.Random, cast: list[_Character]) -> None:
     if kind == "likes" and others:
         b = rng.choice(others)
         _subject(w, a)
-        w.add(rng.choice(SOCIAL), b.name)
+        w.add(rng.choice(_SOCIAL), b.name)
         b.where = w.mark() - 1
         if rng.random() < 0.4:
-            w.add("at", "the", rng.choice(PLACES))
+            w.add("at", "the", rng.choice(_PLACES))
         _because(w, rng, a, b)
     elif kind == "plays":
         _subject(w, a)
@@ -300,46 +301,46 @@ def _sentence(w: _Writer, rng: random.Random, cast: list[_Character]) -> None:
         _weather(w, rng)
     elif kind == "filler":
         if rng.random() < 0.5:
-            w.add(a.name, "eats", rng.choice(("a", "the")), rng.choice(FOODS))
+            w.add(a.name, "eats", rng.choice(("a", "the")), rng.choice(_FOODS))
         else:
-            w.add(a.name, rng.choice(ACTIONS), "at", "the", rng.choice(PLACES))
+            w.add(a.name, rng.choice(_ACTIONS), "at", "the", rng.choice(_PLACES))
     else:
         _subject(w, a)
-        w.add(rng.choice(ACTIONS))
+        w.add(rng.choice(_ACTIONS))
         _because(w, rng, a, None)
     w.add(".")
 
 
 def _weather(w: _Writer, rng: random.Random) -> None:
     """``the sun is warm``: the last word is fixed by the word two before it."""
-    thing = rng.choice(tuple(WEATHER))
-    w.add("the", thing, "is", WEATHER[thing])
+    thing = rng.choice(tuple(_WEATHER))
+    w.add("the", thing, "is", _WEATHER[thing])
 
 
 def _story(rng: random.Random) -> Story:
     w = _Writer()
     size = rng.choice((2, 2, 3))
-    cast = [_Character(name) for name in rng.sample(FEMALE + MALE, size)]
+    cast = [_Character(name) for name in rng.sample(_FEMALE + _MALE, size)]
     # Opening: who goes where.
     w.add(*rng.choice((("one", "day", ","), ("in", "the", "morning", ","), ())))
     for k, c in enumerate(cast):
         if k:
             w.add("and" if k == size - 1 else ",")
         w.add(c.name)
-    w.add(rng.choice(("go", "walk")), "to", "the", rng.choice(PLACES), ".")
+    w.add(rng.choice(("go", "walk")), "to", "the", rng.choice(_PLACES), ".")
     # Who has what; one thing has a colour: the fact the story needs at its end.
     coloured = rng.choice(cast)
-    for c, thing in zip(rng.sample(cast, size), rng.sample(OBJECTS, size)):
+    for c, thing in zip(rng.sample(cast, size), rng.sample(_OBJECTS, size)):
         _subject(w, c)
         w.add(rng.choice(("has", "brings")), "a")
         if c is coloured:
-            colour, colour_at = rng.choice(COLOURS), w.mark()
+            colour, colour_at = rng.choice(_COLOURS), w.mark()
             w.add(colour)
         c.thing, c.thing_at = thing, w.mark()
         w.add(thing, ".")
     for _ in range(rng.randint(2, 4)):
         if rng.random() < 0.2:
-            w.add(rng.choice(cast).name, "sees", "a", rng.choice(ANIMALS), ".")
+            w.add(rng.choice(cast).name, "sees", "a", rng.choice(_ANIMALS), ".")
         else:
             _sentence(w, rng, cast)
     # Recall: the colour stated at the start, needed now.
@@ -358,7 +359,7 @@ def _story(rng: random.Random) -> Story:
     elif rng.random() < 0.5:
         _weather(w, rng)
         w.add(".")
-    return Story(detokenize(w.tokens), w.tokens, w.links)
+    return Story(_detokenize(w.tokens), w.tokens, w.links)
 
 
 def sample_stories(n: int, seed: int) -> list[Story]:

@@ -7,3 +7,5 @@
   (``python -m mha_lib.book.lab``: times its controls)
 * :mod:`mha_lib.book.explorer_bench`  ``python -m mha_lib.book.explorer_bench``: times both explorers
 """
+
+__all__ = []  # a package of tools; each module says what it offers

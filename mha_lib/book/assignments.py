@@ -41,6 +41,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+__all__ = ["OverlapError", "build", "main", "mark", "refuse_overlap"]
+
 SOLUTION_TAG = "solution"
 SCHEMA_VERSION = 3
 CHECKER_CALL = re.compile(r"\b(check_\w+)\s*\(\s*([A-Za-z_]\w*)\s*\)")

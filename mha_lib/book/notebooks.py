@@ -24,6 +24,8 @@ import platform
 import sys
 from pathlib import Path
 
+__all__ = ["main"]
+
 MAX_TEXT_CHARS = 3000
 MAX_NOTEBOOK_BYTES = 200_000
 TEXT_DATA = {"text/plain"}

@@ -11,7 +11,9 @@ Every figure div is an image for assistive technology: ``role="img"`` and an ``a
 from :func:`figure_description` (``layout.meta.description`` when the figure code set one,
 else its title). On a narrow screen ``mhaPlot`` applies ``layout.meta.narrow`` (layout
 overrides the figure code computed for a phone) or general rules (smaller margins and fonts,
-legend below); see :mod:`mha_lib.viz.responsive`.
+legend below); see :func:`mha_lib.viz.heatmaps.layout_overrides`. In the theme's dark mode
+``mha-figures.js`` draws every figure with dark colours derived from the light ones (figure
+code describes the light figure only) and redraws it when the reader switches the theme.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import re
 from typing import ClassVar
 
 from docutils import nodes
+
+__all__ = ["PLOTLY_MIME", "PlotlyMimeRenderer", "figure_html"]
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 CONFIG = {"responsive": True, "displaylogo": False, "displayModeBar": False}

@@ -6,6 +6,8 @@ import inspect
 
 from IPython.display import Code
 
+__all__ = ["show_source"]
+
 
 def show_source(obj) -> Code:
     """Syntax-highlighted source of a function, class or method of mha_lib.

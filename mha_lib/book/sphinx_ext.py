@@ -4,12 +4,12 @@
   vendored under ``_static/vendor``; heatmap, scatter and bar traces, a third of the full
   bundle) at the version of the plotly.js inside the plotly wheel, and loads it, as a blocking
   script before any other, only on pages that draw a plotly figure, followed by
-  ``mha-figures.js`` (text alternatives, phone layouts; see ``mha_lib.book.plotly_mime``);
-  on the page of the language-model explorer (``mha_lib.viz.text_explorer``) only, its script
-  ``mha-lm.js`` after them;
+  ``mha-figures.js`` (phone layouts, and dark figures in the theme's dark mode; see
+  ``mha_lib.book.plotly_mime``); on the page of the language-model explorer
+  (``mha_lib.viz.text_explorer``) only, its script ``mha-lm.js`` after them;
 * adds the site's stylesheet ``mha-site.css`` (no sideways scrolling on a phone, link
-  contrast, the kernel-free explorer's controls) and ``mha-site.js`` (scrollable regions
-  reachable with the keyboard);
+  contrast, the kernel-free explorer's controls, the search field kept on screen) and
+  ``mha-site.js`` (scrollable regions reachable with the keyboard);
 * Font Awesome on a diet: drops its 1.5 MB SVG-injecting script from every page (the theme
   also links Font Awesome's CSS and web fonts, which draw the same icons), and cuts that CSS
   and the solid web font down to the icons the built pages and stylesheets use (250 kB -> a
@@ -19,13 +19,18 @@
   widgets' state (megabytes of JavaScript for a plotly ``FigureWidget``), and myst-nb would
   embed it in the page and load the widget manager from a CDN. Without a kernel those widgets
   could not react anyway; the chapters offer kernel-free explorers instead;
+* links each of its own files once, on the pages that need it: Jupyter Book lists every
+  ``.js`` and ``.css`` file under ``_static`` in ``html_js_files``/``html_css_files``, which
+  loaded plotly.js (1.5 MB) on every page, a second time after ``mha-figures.js`` on pages
+  with figures (replacing the ``Plotly`` object that script prepared), and the stylesheet twice;
 * removes sphinx-thebe's scripts: the book has no live-code launch button, and Jupyter Book
   1.0.4 registers thebe's configuration script twice, which logs
   ``Identifier 'THEBE_JS_URL' has already been declared`` on every page.
 
 Stylesheets on a diet too: Bootstrap's full CSS (200 kB, linked by the theme), the theme's,
-myst-nb's and sphinx-design's are cut down to the rules whose class names occur somewhere in the built pages or in the
-site's scripts (:func:`purge_css`, a conservative "unused CSS" removal).
+myst-nb's, sphinx-design's, Sphinx's ``basic.css`` and the Pygments colours are cut down to
+the rules whose class names occur somewhere in the built pages or in the site's scripts
+(:func:`purge_css`, a conservative "unused CSS" removal); sphinx-thebe's stylesheet goes.
 
 MathJax is loaded by Sphinx only on pages that contain maths (``has_equations``); here as
 MathJax's components (startup, core, TeX input, CHTML output: 0.8 MB) instead of the combined
@@ -39,6 +44,8 @@ import re
 from pathlib import Path
 
 from sphinx.util import logging
+
+__all__ = ["setup"]
 
 logger = logging.getLogger(__name__)
 
@@ -101,10 +108,13 @@ def _drop_widget_state(app, doctree) -> None:
         del js_files[key]
 
 
-def _lm_js_on_its_page_only(app, config) -> None:
-    # Jupyter Book lists every .js under _static in html_js_files (every page would load it)
-    config.html_js_files = [f for f in (config.html_js_files or [])
-                            if (f[0] if isinstance(f, (tuple, list)) else f) != LM_JS]
+def _own_assets_once(app, config) -> None:
+    ours = {SITE_CSS, SITE_JS, FIGURES_JS, PLOTLY_JS, LM_JS}
+    for key in ("html_js_files", "html_css_files"):
+        files = list(getattr(config, key, None) or [])
+        kept = [f for f in files if (f[0] if isinstance(f, (tuple, list)) else f) not in ours]
+        if len(kept) != len(files):
+            setattr(config, key, kept)
 
 
 def _mathjax_components(app, config) -> None:
@@ -122,11 +132,13 @@ def _page_assets(app, pagename, templatename, context, doctree) -> None:
         app.add_js_file(FIGURES_JS, priority=2)
         if _LM_MARKER in body:
             app.add_js_file(LM_JS, priority=3)
+    unused = ["sphinx-thebe"]  # its stylesheet: thebe's scripts are gone (see _drop_thebe)
     if not _DESIGN_CLASS.search(body):
-        for key in ("css_files", "script_files"):
-            context[key] = [asset for asset in context.get(key, [])
-                            if not any(name in str(getattr(asset, "filename", asset))
-                                       for name in ("sphinx-design", "design-tabs"))]
+        unused += ["sphinx-design", "design-tabs"]
+    for key in ("css_files", "script_files"):
+        context[key] = [asset for asset in context.get(key, [])
+                        if not any(name in str(getattr(asset, "filename", asset))
+                                   for name in unused)]
 
 
 def strip_fontawesome_js(html: str) -> str:
@@ -206,7 +218,7 @@ def subset_fontawesome(outdir: Path) -> None:
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _SELECTOR_CLASS = re.compile(r"\.(-?[A-Za-z_][A-Za-z0-9_-]*)")
 PURGED_CSS = ("styles/bootstrap.css", "styles/pydata-sphinx-theme.css", "mystnb.*.css",
-              "sphinx-design.min.css")
+              "sphinx-design.min.css", "basic.css", "pygments.css")
 
 
 def _split_selectors(prelude: str) -> list[str]:
@@ -300,9 +312,10 @@ def setup(app):
     app.connect("builder-inited", _check_plotly_js)
     app.connect("doctree-read", _drop_widget_state)
     app.connect("config-inited", _mathjax_components)
-    app.connect("config-inited", _lm_js_on_its_page_only)
+    app.connect("config-inited", _own_assets_once)
     app.connect("html-page-context", _page_assets)
-    app.connect("build-finished", _lighten_pages)
+    # after the theme's own build-finished handlers (pydata-sphinx-theme rewrites pygments.css)
+    app.connect("build-finished", _lighten_pages, priority=900)
     app.add_css_file(SITE_CSS)
     app.add_js_file(SITE_JS, loading_method="defer")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from mha_lib.book.assignments import OverlapError, build as build_course, refuse_overlap
 
+__all__ = ["build", "main"]
+
 
 def build(source_dir: Path, out_dir: Path) -> list[Path]:
     """Write the student edition of every chapter with exercises of ``source_dir`` into

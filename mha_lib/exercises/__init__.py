@@ -21,6 +21,8 @@ The package:
   printed verdict);
 * :mod:`~mha_lib.exercises.core`       the checkers of chapters 1-3;
 * :mod:`~mha_lib.exercises.later`      the checkers of chapters 4-7;
+* :mod:`~mha_lib.exercises.modern`     the checkers of RoPE (chapter 3b), grouped-query
+  attention (chapter 10) and tiled attention (chapter 11);
 * :mod:`~mha_lib.exercises.grading`    partial credit per mistake family, for nbgrader.
 
 Adding a checker ``check_x``:
@@ -54,18 +56,22 @@ from mha_lib.exercises.later import (
     check_prune_heads,
     check_stiefel_dimension,
 )
+from mha_lib.exercises.modern import check_gqa_from_mha, check_rotary, check_tiled_attention
 
 __all__ = [
     "MISTAKES",
     "check_crossover_length",
     "check_dot_product_attention",
+    "check_gqa_from_mha",
     "check_longest_sequence",
     "check_masked_softmax",
     "check_mean_entropy",
     "check_multihead_attention",
     "check_num_parameters",
     "check_prune_heads",
+    "check_rotary",
     "check_stiefel_dimension",
+    "check_tiled_attention",
     "check_transpose_output",
     "check_transpose_qkv",
 ]

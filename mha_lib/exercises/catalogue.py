@@ -3,9 +3,9 @@
 A checker of :mod:`mha_lib.exercises` names a student's mistake by a key ``(setting, value)``
 of :data:`MISTAKES`, e.g. ``("mask", "one_more")``: the *setting* is the part of the code
 that goes wrong (the mask, the softmax axis, the scaling, ...), the *value* how it goes wrong.
-A checker's mistake models (:mod:`mha_lib.exercises.core`, :mod:`mha_lib.exercises.later`)
-build one implementation per key; the entry here says, in plain words, what the mistake is
-and how to find it in one's own code.
+A checker's mistake models (:mod:`mha_lib.exercises.core`, :mod:`mha_lib.exercises.later`,
+:mod:`mha_lib.exercises.modern`) build one implementation per key; the entry here says, in
+plain words, what the mistake is and how to find it in one's own code.
 
 :data:`FAMILIES` puts every setting in a *mistake family* (masking, scores, heads, ...):
 :mod:`mha_lib.exercises.grading` gives one point per family a checker covers, so a new
@@ -61,6 +61,16 @@ FAMILIES: dict[str, str] = {
     "crossover": "formula",
     "memory": "formula",
     "prune": "pruning",
+    # RoPE, GQA, tiled attention (mha_lib.exercises.modern)
+    "pairs": "rotation pairs",
+    "angle": "angles",
+    "exponent": "angles",
+    "offset": "positions",
+    "accumulator": "online softmax",
+    "running_sum": "online softmax",
+    "blocks": "online softmax",
+    "kv_groups": "grouping",
+    "pool": "pooling",
 }
 
 #: Every mistake a checker can name, keyed by ``(setting, wrong value)``. A *spec* is a dict of
@@ -275,5 +285,69 @@ MISTAKES: dict[tuple[str, str], _Mistake] = {
         "head h's rows taken as h, h + H, h + 2H, ... instead of the block h*d .. h*d + d - 1",
         "transpose_qkv gives head h the d consecutive features h*d, ..., h*d + d - 1: keep "
         "those rows of W_q, W_k, W_v and those columns of W_o.",
+    ),
+    # -------------------------------------------- RoPE, GQA, tiled attention (modern)
+    ("pairs", "halves"): _Mistake(
+        "the halves convention: pairs (i, i + d/2) instead of (2i, 2i+1)",
+        "This book rotates neighbouring features, as the RoFormer paper does: pair i is "
+        "(x[..., 2i], x[..., 2i+1]), i.e. x[..., 0::2] and x[..., 1::2], and the rotated pairs "
+        "go back in place (torch.stack((even, odd), dim=-1).flatten(-2)). Pairing the first "
+        "half with the second half (rotate_half, as GPT-NeoX and Hugging Face's Llama do) is "
+        "the other convention: fine on its own, but weights trained with one convention give "
+        "wrong scores when run with the other (mha_lib.positions.rope_permutation converts).",
+        convention=True,
+    ),
+    ("angle", "opposite"): _Mistake(
+        "the opposite angle: turned by -p * theta_i instead of +p * theta_i",
+        "Turning the pair (x1, x2) by the angle a gives (x1 cos a - x2 sin a, x1 sin a + "
+        "x2 cos a). Yours has the two sine terms' signs swapped, which turns the other way, "
+        "as if every position p were -p.",
+    ),
+    ("exponent", "i_over_d"): _Mistake(
+        "the exponent i/d instead of 2i/d in the frequencies",
+        "Pair i (features 2i, 2i+1) turns at theta_i = 10000**(-2i/d), i = 0 .. d/2 - 1: the "
+        "exponents are torch.arange(0, d, 2) / d. With torch.arange(d // 2) / d the slowest "
+        "pair turns about 100 times too fast.",
+    ),
+    ("offset", "ignored"): _Mistake(
+        "positions ignored: every sequence turned as if it started at 0 (an offset lost)",
+        "Turn row l by the angle positions[l] * theta_i, not l * theta_i: torch.arange(L) "
+        "forgets where the sequence starts. After a KV cache holding n tokens the first new "
+        "token is at position n, not 0.",
+    ),
+    ("accumulator", "not_rescaled"): _Mistake(
+        "the output accumulator not rescaled when the running maximum grows",
+        "What the accumulator holds was summed with exp(score - m_old). When a block raises "
+        "the running maximum to m_new, multiply it by exp(m_old - m_new) before adding the "
+        "block's exp(scores - m_new) @ V.",
+    ),
+    ("running_sum", "not_rescaled"): _Mistake(
+        "the running sum not rescaled when the running maximum grows",
+        "The sum of exponentials so far was taken with the old maximum: update it as "
+        "s * exp(m_old - m_new) + exp(scores - m_new).sum(-1). Sum and accumulator get the same "
+        "factor, so that their ratio at the end is the softmax-weighted average.",
+    ),
+    ("blocks", "averaged"): _Mistake(
+        "each block normalised on its own and the blocks averaged",
+        "A softmax per block gives every block the same total weight, whatever its scores. "
+        "There is one softmax over all the keys: carry the running maximum, the running sum "
+        "and the accumulator from block to block and divide by the sum once, at the end.",
+    ),
+    ("kv_groups", "tiled"): _Mistake(
+        "groups tiled (head h pooled into h % Hkv) instead of consecutive heads",
+        "Query head h reads key/value head h // g, g = H / Hkv (mha_lib.gqa.kv_head_of): "
+        "group j is the consecutive heads j*g .. j*g + g - 1. Reshape W_k.weight (H*d, D) to "
+        "(Hkv, g, d, D) and pool axis 1; (g, Hkv, d, D) groups the heads j, j + Hkv, ..., "
+        "the tiling of repeat where repeat_interleave belongs.",
+    ),
+    ("pool", "sum"): _Mistake(
+        "a sum instead of the mean of the group's key and value heads",
+        "Mean-pooling divides by the group size g: .mean(dim), not .sum(dim). A sum makes the "
+        "keys and values g times too large, and the scores g times too sharp.",
+    ),
+    ("pool", "first"): _Mistake(
+        "the group's first head instead of the mean of its heads",
+        "Keeping one head per group throws the others away; Ainslie et al. (2023) found "
+        "mean-pooling all g key (and value) heads of a group the better start for uptraining.",
     ),
 }

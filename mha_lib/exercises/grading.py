@@ -56,6 +56,9 @@ CHECKER_FAMILIES: dict[str, tuple[str, ...]] = {
     "check_crossover_length": ("formula",),
     "check_longest_sequence": ("formula",),
     "check_prune_heads": ("pruning",),
+    "check_rotary": ("rotation pairs", "angles", "positions"),
+    "check_tiled_attention": ("online softmax", "scores"),
+    "check_gqa_from_mha": ("grouping", "pooling"),
 }
 
 _RUNS = "runs on every case and returns the right shapes"

@@ -3,13 +3,13 @@
 Shape legend
     B   batch size (optional: a single sequence is a matrix)
     H   number of heads (``n_heads``)
-    N   ``dim``, the width of a token; N = H*d
-    T   number of tokens (the columns of Z)
-    d   head size, N / H
+    D   ``dim``, the width of a token; D = H*d
+    L   number of tokens (the columns of Z)
+    d   head size, D / H
 
-Tokens are the *columns* of Z (N, T), the convention of linear algebra and of Julia. Head i
-has projections P^Q_i, P^K_i, P^V_i of shape (N, d) and sees the coordinates Q_i = P^Q_i^T Z
-(d, T), likewise K_i and V_i. Its correlation matrix C_i = K_i^T Q_i (T, T) has entry [m, n] =
+Tokens are the *columns* of Z (D, L), the convention of linear algebra and of Julia. Head i
+has projections P^Q_i, P^K_i, P^V_i of shape (D, d) and sees the coordinates Q_i = P^Q_i^T Z
+(d, L), likewise K_i and V_i. Its correlation matrix C_i = K_i^T Q_i (L, L) has entry [m, n] =
 key m . query n, so a softmax down each *column* turns it into the weights with which query n
 mixes the values: head_i = V_i softmax(C_i / sqrt(d)). The heads are stacked along the rows.
 
@@ -32,8 +32,8 @@ from mha_lib.variants._common import check_like_module, check_square_mha
 __all__ = ["ColumnMajorMultiHeadAttention"]
 
 _NAMES = ("PQ", "PK", "PV")
-# from_mha(stiefel=True) accepts max |P_i^T P_i - I| up to this many times N * eps of the dtype
-# (float32: 5e-5 for N = 8; float64: 1e-13).
+# from_mha(stiefel=True) accepts max |P_i^T P_i - I| up to this many times D * eps of the dtype
+# (float32: 5e-5 for D = 8; float64: 1e-13).
 _STIEFEL_TOLERANCE_EPS = 50
 
 
@@ -41,20 +41,20 @@ class ColumnMajorMultiHeadAttention(nn.Module):
     """Column-major multi-head self-attention with optional residual and Stiefel projections.
 
     Shapes:
-        Z: (N, T) or (B, N, T), one token per column
+        Z: (D, L) or (B, D, L), one token per column
         output: Z's shape
-        weights (``need_weights=True``): (H, T, T) or (B, H, T, T); column n holds the
+        weights (``need_weights=True``): (H, L, L) or (B, H, L, L); column n holds the
         weights of query n over the keys, so every column sums to 1
 
     Args:
-        dim: N, the token width; must be divisible by ``n_heads``.
+        dim: D, the token width; must be divisible by ``n_heads``.
         n_heads: H.
         add_connection: return ``Z + MHA(Z)`` instead of ``MHA(Z)``.
         stiefel: keep every P_i on the Stiefel manifold (orthonormal columns) through a
             ``torch.nn.utils.parametrizations.orthogonal`` parametrization.
 
     Attributes:
-        PQ, PK, PV: (H, N, d), the per-head projections P_i stacked along the first axis.
+        PQ, PK, PV: (H, D, d), the per-head projections P_i stacked along the first axis.
     """
 
     def __init__(
@@ -70,40 +70,40 @@ class ColumnMajorMultiHeadAttention(nn.Module):
         H, d = n_heads, dim // n_heads
         for name in _NAMES:
             # Start from orthonormal columns (QR of a Gaussian), on the manifold or not.
-            start = torch.linalg.qr(torch.randn(H, dim, d)).Q  # (H, N, d)
+            start = torch.linalg.qr(torch.randn(H, dim, d)).Q  # (H, D, d)
             self.register_parameter(name, nn.Parameter(start))
             if stiefel:
                 orthogonal(self, name)
 
     @property
     def head_size(self) -> int:
-        """d = N / H."""
+        """d = D / H."""
         return self.dim // self.n_heads
 
     def _check_input(self, Z: Tensor) -> Tensor:
         check_tensor(Z, "Z", (2, 3))
         if Z.shape[-2] != self.dim:
             raise ValueError(
-                f"Z must have dim = {self.dim} rows (one token per column, shape (N, T) or "
-                f"(B, N, T)), got shape {tuple(Z.shape)}"
+                f"Z must have dim = {self.dim} rows (one token per column, shape (D, L) or "
+                f"(B, D, L)), got shape {tuple(Z.shape)}"
             )
         check_like_module(Z, "Z", self.PQ)
-        return Z if Z.dim() == 3 else Z[None]  # (N, T) -> (1, N, T)
+        return Z if Z.dim() == 3 else Z[None]  # (D, L) -> (1, D, L)
 
     def _project(self, Z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Per-head coordinates P_i^T Z for queries, keys and values: each (B, H, d, T)."""
+        """Per-head coordinates P_i^T Z for queries, keys and values: each (B, H, d, L)."""
         return tuple(torch.einsum("hnd,bnt->bhdt", getattr(self, n), Z) for n in _NAMES)
 
     def correlation_matrices(self, Z: Tensor) -> Tensor:
         """The correlation matrices C_i = K_i^T Q_i, [C_i]_{mn} = key m . query n.
 
         Shapes:
-            Z: (N, T) or (B, N, T)
-            returns: (H, T, T) or (B, H, T, T)
+            Z: (D, L) or (B, D, L)
+            returns: (H, L, L) or (B, H, L, L)
         """
         Zb = self._check_input(Z)
         Q, K, _ = self._project(Zb)
-        C = torch.einsum("bhdm,bhdn->bhmn", K, Q)  # (B, H, T, T)
+        C = torch.einsum("bhdm,bhdn->bhmn", K, Q)  # (B, H, L, L)
         return C if Z.dim() == 3 else C[0]
 
     def forward(self, Z: Tensor, *, need_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
@@ -112,17 +112,17 @@ class ColumnMajorMultiHeadAttention(nn.Module):
         Returns:
             output with Z's shape, or ``(output, weights)`` when ``need_weights``.
         """
-        Zb = self._check_input(Z)  # (B, N, T)
-        B, N, T = Zb.shape
-        Q, K, V = self._project(Zb)  # each (B, H, d, T)
-        C = torch.einsum("bhdm,bhdn->bhmn", K, Q)  # (B, H, T, T): [m, n] = key m . query n
+        Zb = self._check_input(Z)  # (B, D, L)
+        B, D, L = Zb.shape
+        Q, K, V = self._project(Zb)  # each (B, H, d, L)
+        C = torch.einsum("bhdm,bhdn->bhmn", K, Q)  # (B, H, L, L): [m, n] = key m . query n
         weights = torch.softmax(C / math.sqrt(self.head_size), dim=-2)  # down each column
-        heads = torch.einsum("bhdm,bhmn->bhdn", V, weights)  # (B, H, d, T): V_i P_i
-        out = heads.reshape(B, N, T)  # (B, H, d, T) -> (B, N, T): heads stacked along rows
+        heads = torch.einsum("bhdm,bhmn->bhdn", V, weights)  # (B, H, d, L): V_i P_i
+        out = heads.reshape(B, D, L)  # (B, H, d, L) -> (B, D, L): heads stacked along rows
         if self.add_connection:
             out = Zb + out
         if Z.dim() == 2:
-            out, weights = out[0], weights[0]  # (1, N, T) -> (N, T)
+            out, weights = out[0], weights[0]  # (1, D, L) -> (D, L)
         return (out, weights) if need_weights else out
 
     def orthonormality_error(self) -> float:
@@ -130,7 +130,7 @@ class ColumnMajorMultiHeadAttention(nn.Module):
         eye = torch.eye(self.head_size, dtype=self.PQ.dtype, device=self.PQ.device)
         with torch.no_grad():
             return max(
-                # P^T P: (H, N, d) -> (H, d, N) @ (H, N, d) -> (H, d, d)
+                # P^T P: (H, D, d) -> (H, d, D) @ (H, D, d) -> (H, d, d)
                 (getattr(self, n).transpose(-2, -1) @ getattr(self, n) - eye).abs().max().item()
                 for n in _NAMES
             )
@@ -163,16 +163,16 @@ class ColumnMajorMultiHeadAttention(nn.Module):
             )
         module = cls(D, H, add_connection=add_connection, stiefel=stiefel)
         module = module.to(device=eye.device, dtype=eye.dtype)
-        # Rounding error of a Gram matrix grows with the sum over N terms: scale with eps.
+        # Rounding error of a Gram matrix grows with the sum over D terms: scale with eps.
         tol = _STIEFEL_TOLERANCE_EPS * D * torch.finfo(eye.dtype).eps
         with torch.no_grad():
             for name, w_name in zip(_NAMES, ("W_q", "W_k", "W_v")):
-                W = getattr(mha, w_name).weight  # (D, N)
-                P = W.reshape(H, D // H, D).transpose(1, 2)  # (D, N) -> (H, d, N) -> (H, N, d)
+                W = getattr(mha, w_name).weight  # (D, D)
+                P = W.reshape(H, D // H, D).transpose(1, 2)  # (D, D) -> (H, d, D) -> (H, D, d)
                 if not stiefel:
                     getattr(module, name).copy_(P)
                     continue
-                gram = P.transpose(1, 2) @ P  # (H, N, d) -> (H, d, N) @ (H, N, d) -> (H, d, d)
+                gram = P.transpose(1, 2) @ P  # (H, D, d) -> (H, d, D) @ (H, D, d) -> (H, d, d)
                 error = (gram - torch.eye(D // H).to(gram)).abs().max().item()
                 if error > tol:
                     raise ValueError(
@@ -188,12 +188,12 @@ class ColumnMajorMultiHeadAttention(nn.Module):
 
         ``self(Z)`` equals ``self.to_mha()(Z.T[None])[0].T`` (plus Z with ``add_connection``).
         """
-        N, H = self.dim, self.n_heads
-        mha = MultiHeadAttention(N, N, N, N, H, dropout=0.0, bias=False)
+        D, H = self.dim, self.n_heads
+        mha = MultiHeadAttention(D, D, D, D, H, dropout=0.0, bias=False)
         mha = mha.to(device=self.PQ.device, dtype=self.PQ.dtype)
         with torch.no_grad():
             for lin, name in zip((mha.W_q, mha.W_k, mha.W_v), _NAMES):
-                # (H, N, d) -> (H, d, N) -> (D, N): head i's rows are (P_i)^T
-                lin.weight.copy_(getattr(self, name).transpose(1, 2).reshape(N, N))
-            mha.W_o.weight.copy_(torch.eye(N))
+                # (H, D, d) -> (H, d, D) -> (D, D): head i's rows are (P_i)^T
+                lin.weight.copy_(getattr(self, name).transpose(1, 2).reshape(D, D))
+            mha.W_o.weight.copy_(torch.eye(D))
         return mha.train(self.training)

@@ -209,3 +209,28 @@ def test_flags_must_be_booleans():
 def test_to_torch_needs_our_module():
     with pytest.raises(ValueError, match="mha must be an mha_lib.MultiHeadAttention, got str"):
         to_torch_mha("x")
+
+
+def test_attend_heads_and_cached_keys_values_name_bad_arguments():
+    from mha_lib.attention import FiniteDotProductAttention
+    from mha_lib.decoding import KVCache
+    from mha_lib.multihead import attend_heads, cached_keys_values
+
+    attention = FiniteDotProductAttention(0.0)
+    q, k = torch.randn(2, 4, 3, 5), torch.randn(2, 2, 6, 5)
+    out, weights = attend_heads(q, k, k, torch.tensor([6, 0]), attention, need_weights=True)
+    assert out.shape == (2, 4, 3, 5) and weights.shape == (2, 4, 3, 6) and (out[1] == 0).all()
+    cases = [
+        (lambda: attend_heads(q, torch.randn(2, 3, 6, 5), k, None, attention), "Hkv dividing H"),
+        (lambda: attend_heads(q, k, k.double(), None, attention), "k and v must both have shape|v is torch.float64"),
+        (lambda: attend_heads(q[0], k, k, None, attention), "q must have 4 dimensions"),
+        (lambda: attend_heads(q, k, k, None, "sdpa"), "attention must be a mha_lib.DotProductAttention"),
+        (lambda: attend_heads(q, k, k, torch.tensor([7, 1]), attention), "valid_lens must be <="),
+        (lambda: attend_heads(q, k, k, None, attention, gates=torch.ones(4)), r"gates must be a tensor of shape \(B, H\)"),
+        (lambda: cached_keys_values({}, k, k, None, None), "cache must be a mha_lib.decoding.KVCache"),
+        (lambda: cached_keys_values(KVCache(), k, k, torch.tensor([7, 1]), None), "valid_lens must be <= .* Lk = 6"),
+        (lambda: cached_keys_values(KVCache(), k, k, None, torch.tensor([[0.5] * 6] * 2)), "positions must hold integers"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()

@@ -6,6 +6,7 @@ The rule for NaN and inf, the same on both paths of MultiHeadAttention: a query'
 (and it attends to something); non-finite keys and values it may not attend to never reach it.
 """
 
+import copy
 import math
 
 import pytest
@@ -350,3 +351,52 @@ def test_heads_helpers_property(B, L, d, H, dtype):
     if H > 1 and d:
         with pytest.raises(ValueError, match="must be divisible by num_heads"):
             split_heads(X[..., 1:], H)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("lens", [None, torch.tensor([3, 1]), torch.tensor([[1, 2, 3], [3, 0, 2]])])
+def test_half_precision_scores_past_65504_give_finite_outputs_on_both_paths(dtype, lens):
+    """Scores and softmax run in float32 where half precision would overflow to inf (and NaN)."""
+    torch.manual_seed(0)
+    mha32 = MultiHeadAttention(8, 8, 8, 8, 2, 0.0).eval()
+    with torch.no_grad():
+        for linear in (mha32.W_q, mha32.W_k, mha32.W_v, mha32.W_o):
+            linear.weight.copy_(torch.eye(8))
+    x = 200.0 + 40.0 * torch.randn(2, 3, 8)  # scores q.k / sqrt(4) of about 80000
+    scores = (x[:, :, :4] @ x[:, :, :4].transpose(1, 2)) / 2
+    assert scores.min() > torch.finfo(torch.float16).max  # every score overflows float16
+    mha = copy.deepcopy(mha32).to(dtype)
+    xh = x.to(dtype)
+    want, want_w = mha32(xh.float(), xh.float(), xh.float(), lens, need_weights=True)
+    fast = mha(xh, xh, xh, lens)
+    clear, weights = mha(xh, xh, xh, lens, need_weights=True)
+    for got in (fast, clear, weights):
+        assert got.dtype == dtype and torch.isfinite(got).all()
+    tol = dict(atol=2.0, rtol=2e-2)  # outputs of about 200, in 8 bits of mantissa (bfloat16)
+    torch.testing.assert_close(fast.float(), want, **tol)
+    torch.testing.assert_close(clear.float(), want, **tol)
+    torch.testing.assert_close(weights.float(), want_w, atol=2e-2, rtol=0)
+
+
+def test_meta_tensors_are_refused_by_name():
+    mha = _module()
+    q, k, v = torch.randn(2, 3, 5), torch.randn(2, 4, 4), torch.randn(2, 4, 3)
+    meta = lambda x: x.to("meta")  # noqa: E731
+    for args, message in (
+        ((meta(q), k, v), "queries must hold values, but queries is on the meta device"),
+        ((q, meta(k), v), "keys must hold values, but keys is on the meta device"),
+        ((q, k, v, meta(torch.tensor([4, 2]))), "valid_lens must hold values, but valid_lens is on the meta device"),
+    ):
+        for need_weights in (False, True):
+            with pytest.raises(ValueError, match=message):
+                mha(*args, need_weights=need_weights)
+    with pytest.raises(ValueError, match="head_mask must hold values, but head_mask is on the meta device"):
+        mha(q, k, v, head_mask=torch.ones(2, device="meta"))
+    with pytest.raises(ValueError, match="X must hold values, but X is on the meta device"):
+        masked_softmax(torch.ones(2, 3, 4, device="meta"), [1, 2])
+    with pytest.raises(ValueError, match="valid_lens must hold values, but valid_lens is on the meta device"):
+        check_valid_lens(torch.tensor([1, 2], device="meta"), 2, 3, 4)
+    with pytest.raises(ValueError, match="mask must hold values, but mask is on the meta device"):
+        keep_to_padding(torch.ones(2, dtype=torch.bool, device="meta"))
+    with pytest.raises(ValueError, match="X must hold values, but X is on the meta device"):
+        split_heads(torch.ones(1, 2, 4, device="meta"), 2)

@@ -77,6 +77,43 @@ class {name}(nn.Module):
             valid_lens = valid_lens.repeat(H, *[1] * (valid_lens.dim() - 1))  # the mistake
         return self.W_o(transpose_output(self.attention(q, k, v, valid_lens), H))
 ''',
+    "check_tiled_attention": '''\
+import math
+
+import torch
+
+
+def {name}(q, k, v, block_size):
+    B, Lq, d = q.shape
+    m = torch.full((B, Lq), -math.inf)
+    total = torch.zeros(B, Lq)
+    acc = torch.zeros(B, Lq, v.shape[-1])
+    for start in range(0, k.shape[1], block_size):
+        scores = q @ k[:, start:start + block_size].transpose(1, 2) / math.sqrt(d)
+        m_new = torch.maximum(m, scores.amax(dim=-1))
+        p = torch.exp(scores - m_new[..., None])
+        total = total * torch.exp(m - m_new) + p.sum(dim=-1)
+        acc = acc + p @ v[:, start:start + block_size]  # the mistake: not rescaled
+        m = m_new
+    return acc / total[..., None]
+''',
+    "check_gqa_from_mha": '''\
+import torch
+from mha_lib.gqa import GroupedQueryAttention
+
+
+def {name}(mha, num_kv_heads):
+    H, D = mha.num_heads, mha.W_q.out_features
+    d, g = D // H, H // num_kv_heads
+    gqa = GroupedQueryAttention(D, H, num_kv_heads, dropout=0.0)
+    with torch.no_grad():
+        gqa.W_q.weight.copy_(mha.W_q.weight)
+        gqa.W_o.weight.copy_(mha.W_o.weight)
+        for name in ("W_k", "W_v"):
+            heads = getattr(mha, name).weight.reshape(g, num_kv_heads, d, D)  # the mistake: h % Hkv
+            getattr(gqa, name).weight.copy_(heads.mean(0).reshape(num_kv_heads * d, D))
+    return gqa
+''',
 }
 
 _MISTAKE = {
@@ -86,6 +123,8 @@ _MISTAKE = {
     "check_transpose_qkv": ("fold", "head_major"),
     "check_transpose_output": ("fold", "head_major"),
     "check_multihead_attention": ("lens", "repeat"),
+    "check_tiled_attention": ("accumulator", "not_rescaled"),
+    "check_gqa_from_mha": ("kv_groups", "tiled"),
 }
 
 

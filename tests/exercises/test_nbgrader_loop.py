@@ -1,7 +1,8 @@
 """The whole nbgrader loop on a temporary course, as a teacher runs it.
 
-Release chapters 1-3 with ``nbgrader generate_assignment``; submit, for student ``right``, every
-solution put back and, for student ``wrong``, one classic mistake per checked exercise (the
+Release chapters 1-3, 10 and 11 (the checkers of chapters 1-3, ``check_gqa_from_mha`` and
+``check_tiled_attention``) with ``nbgrader generate_assignment``; submit, for student ``right``,
+every solution put back and, for student ``wrong``, one classic mistake per checked exercise (the
 fixture ``wrong_answers`` of tests/exercises/conftest.py); ``nbgrader autograde``; ``nbgrader
 generate_feedback``. Then: ``right`` has full marks on every autograded cell; ``wrong`` loses the
 checker cell's points and exactly one family point of the partial-credit cell per checked
@@ -20,8 +21,9 @@ from mha_lib import exercises
 from mha_lib.book import assignments
 from mha_lib.exercises.catalogue import FAMILIES
 
-NAMES = ["01_model", "02_transposition", "03_implementation"]
-ASSIGNMENT = "session"  # one assignment with the three chapters: one nbgrader run per step
+NAMES = ["01_model", "02_transposition", "03_implementation", "10_grouped_query_attention",
+         "11_flash_attention"]
+ASSIGNMENT = "session"  # one assignment with these chapters: one nbgrader run per step
 SOLUTION_MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\n", re.MULTILINE)
 
 
@@ -80,7 +82,9 @@ def test_generate_submit_autograde_feedback(tmp_path, root, wrong_answers):
             folder.mkdir(parents=True, exist_ok=True)
             fresh = nbformat.read(course / "release" / ASSIGNMENT / f"{name}.ipynb", as_version=4)
             nbformat.write(submission(fresh, source, mistakes, wrong_answers), folder / f"{name}.ipynb")
-    assert sum(len(c) for c in checked.values()) >= 6, checked  # the six coded exercises
+    assert sum(len(checked[name]) for name in NAMES[:3]) >= 6, checked  # chapters 1-3
+    assert {checker for c in checked.values() for checker, _ in c.values()} >= {
+        "check_gqa_from_mha", "check_tiled_attention"}, checked  # the exercises of chapters 10, 11
     assignments.nbgrader(course, "autograde", ASSIGNMENT, "--force")
     assignments.nbgrader(course, "generate_feedback", ASSIGNMENT, "--force")
 

@@ -232,9 +232,9 @@ def test_model_rejects_bad_arguments():
             m(x, start=start)
     with pytest.raises(ValueError, match="config.position_infused must be True or False"):
         Config(position_infused=1)
-    with pytest.raises(ValueError, match=r"head_mask must be a tensor of shape \(N, H\)"):
+    with pytest.raises(ValueError, match=r"head_mask must be a tensor of shape \(num_layers, H\)"):
         m(x, head_mask=torch.ones(2))
-    with pytest.raises(ValueError, match=r"head_mask must be a tensor of shape \(N, H\).*list"):
+    with pytest.raises(ValueError, match=r"head_mask must be a tensor of shape \(num_layers, H\).*list"):
         m(x, head_mask=[[1.0, 1.0], [1.0, 1.0]])
     with pytest.raises(ValueError, match="need_weights must be True or False"):
         m(x, need_weights=1)

@@ -53,3 +53,11 @@ def tokenizer() -> Tokenizer:
 def stories():
     """A few held-out stories."""
     return held_out_stories(24)
+
+
+@pytest.fixture(params=["small", "gqa", "pretrained"])
+def each_model(request) -> StoryLM:
+    """The small, the grouped-query and the shipped model in turn."""
+    if request.param == "pretrained":
+        return request.getfixturevalue("pretrained")[0]
+    return request.getfixturevalue(f"{request.param}_model")

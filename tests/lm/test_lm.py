@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mha_lib.lm import (
-    HELD_OUT_SEED,
+    _HELD_OUT_SEED,
     KIND,
     PRETRAINED_PATH,
     Config,
@@ -24,6 +24,7 @@ from mha_lib.lm import (
     main,
     next_token_losses,
     save,
+    tokens_per_second,
     train,
 )
 from mha_lib.stories import RELATIONS, Tokenizer
@@ -81,20 +82,16 @@ def test_next_token_losses_and_evaluate(small_model, tokenizer, stories):
 
 # --- generation ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("which", ["small_model", "gqa_model", "pretrained"])
-def test_greedy_with_cache_equals_without(which, request, tokenizer):
-    model = request.getfixturevalue(which)
-    model = model[0] if isinstance(model, tuple) else model
+def test_greedy_with_cache_equals_without(each_model, tokenizer):
+    model = each_model
     prompts = _ids(tokenizer, PROMPTS)
     cached = model.generate(prompts, 12)
     assert cached == model.generate(prompts, 12, use_cache=False)
     assert [len(c) for c in cached] == [12] * len(prompts)
 
 
-@pytest.mark.parametrize("which", ["small_model", "gqa_model", "pretrained"])
-def test_batched_equals_one_at_a_time(which, request, tokenizer):
-    model = request.getfixturevalue(which)
-    model = model[0] if isinstance(model, tuple) else model
+def test_batched_equals_one_at_a_time(each_model, tokenizer):
+    model = each_model
     prompts = _ids(tokenizer, PROMPTS)
     together = model.generate(prompts, 10)
     assert together == [model.generate([p], 10)[0] for p in prompts]
@@ -202,7 +199,7 @@ def test_save_main_and_load(tmp_path, small_config, capsys):
 
 
 def test_held_out_seed_is_never_a_training_seed():
-    assert HELD_OUT_SEED % 2 == 1  # training reads even seeds only
+    assert _HELD_OUT_SEED % 2 == 1  # training reads even seeds only
 
 
 # --- bad input ----------------------------------------------------------------------------------
@@ -212,11 +209,16 @@ def test_held_out_seed_is_never_a_training_seed():
     (lambda m: m(torch.zeros(3, dtype=torch.long)), "ids must be"),
     (lambda m: m(torch.full((1, 3), 10**5)), r"ids must hold token ids in \[0, "),
     (lambda m: m(torch.full((1, 3), -1)), "ids must hold token ids"),
-    (lambda m: m(torch.zeros(2, 3, dtype=torch.long, device="meta")), "ids must be"),
+    (lambda m: m(torch.zeros(2, 3, dtype=torch.long, device="meta")), "ids must hold values, but ids is on the meta"),
     (lambda m: m(torch.zeros(2, 3, dtype=torch.long), [3, 4]), "valid_lens must be"),
     (lambda m: m(torch.zeros(2, 3, dtype=torch.long), [0, 3]), "valid_lens must be"),
     (lambda m: m(torch.zeros(2, 3, dtype=torch.long), [1.5, 3]), "valid_lens must be"),
     (lambda m: m(torch.zeros(2, 3, dtype=torch.long), head_mask=torch.ones(4)), "head_mask must have shape"),
+    (lambda m: m(torch.zeros(2, 3, dtype=torch.long), head_mask=torch.ones(2, 4, dtype=torch.bool)), "head_mask must"),
+    (lambda m: m(torch.zeros(2, 3, dtype=torch.long), head_mask="all"), "head_mask must be a tensor"),
+    (lambda m: m(torch.zeros(2, 3, dtype=torch.long), valid_lens="ab"), "valid_lens must be"),
+    (lambda m: m(torch.zeros(2, 3, dtype=torch.long), torch.ones(2, dtype=torch.long, device="meta")),
+     "valid_lens must hold values"),
     (lambda m: m(torch.zeros(2, 3, dtype=torch.long), need_weights=1), "need_weights"),
     (lambda m: m(torch.zeros(2, 3, dtype=torch.long), cache="cache"), "cache must be"),
     (lambda m: m.generate([], 3), "prompts must be"),
@@ -255,3 +257,15 @@ def test_train_and_encode_reject_bad_arguments(tokenizer):
         encode_stories(tokenizer, [])
     with pytest.raises(ValueError, match="tokenizer must be"):
         encode_stories("tok", [])
+
+
+def test_generation_with_a_head_mask_and_the_speed_report(small_model, tokenizer):
+    prompts = _ids(tokenizer, PROMPTS)
+    gates = torch.ones(2, 4)
+    gates[1, 0] = 0
+    assert small_model.generate(prompts, 6, head_mask=gates) == small_model.generate(prompts, 6, head_mask=gates,
+                                                                                   use_cache=False)
+    speed = tokens_per_second(small_model, prompts, 4, repeats=1)
+    assert set(speed) == {"cache", "no cache"} and all(v > 0 for v in speed.values())  # never timed
+    with pytest.raises(ValueError, match="repeats"):
+        tokens_per_second(small_model, prompts, 4, repeats=0)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from mha_lib.stories import (
-    COLOURS,
+    _COLOURS,
     GENDER,
-    OBJECTS,
-    PRONOUNS,
+    _OBJECTS,
+    _PRONOUNS,
     RELATIONS,
     Story,
     Tokenizer,
@@ -51,7 +51,7 @@ def test_antecedent_links_a_pronoun_to_the_name_it_refers_to():
     for tokens, i, j in _links("antecedent"):
         name, pronoun = tokens[j], tokens[i]
         assert name in GENDER
-        forms = PRONOUNS[GENDER[name]]
+        forms = _PRONOUNS[GENDER[name]]
         start = _sentence_start(tokens, i)
         names = _names_in(tokens, start, i)
         before = tokens[i - 1]
@@ -67,16 +67,16 @@ def test_antecedent_links_a_pronoun_to_the_name_it_refers_to():
 def test_recall_links_a_colour_to_the_sentence_that_fixed_it():
     for tokens, i, j in _links("recall"):
         colour, thing = tokens[i], tokens[i - 2]
-        assert colour in COLOURS and tokens[j] == colour and tokens[i - 1] == "is"
-        assert tokens[j - 1] == "a" and tokens[j + 1] == thing and thing in OBJECTS
+        assert colour in _COLOURS and tokens[j] == colour and tokens[i - 1] == "is"
+        assert tokens[j - 1] == "a" and tokens[j + 1] == thing and thing in _OBJECTS
         # The colour is stated once: no other colour before i.
-        assert [k for k in range(i) if tokens[k] in COLOURS] == [j]
+        assert [k for k in range(i) if tokens[k] in _COLOURS] == [j]
 
 
 def test_possession_links_an_object_to_where_its_owner_got_it():
     for tokens, i, j in _links("possession"):
         thing = tokens[i]
-        assert thing in OBJECTS and tokens[j] == thing
+        assert thing in _OBJECTS and tokens[j] == thing
         start = _sentence_start(tokens, j)
         owner = tokens[start]
         assert tokens[start + 1 : start + 3] in (["has", "a"], ["brings", "a"]) and owner in GENDER
@@ -84,9 +84,9 @@ def test_possession_links_an_object_to_where_its_owner_got_it():
         if tokens[i - 1] == "'s":
             assert tokens[i - 2] == owner
         else:
-            assert tokens[i - 1] == PRONOUNS[GENDER[owner]][POSSESSIVE]
+            assert tokens[i - 1] == _PRONOUNS[GENDER[owner]][POSSESSIVE]
         # Each thing belongs to one character of the story.
-        assert sum(tokens[k] == thing and tokens[k - 1] in ("a", *COLOURS) for k in range(1, len(tokens))) == 1
+        assert sum(tokens[k] == thing and tokens[k - 1] in ("a", *_COLOURS) for k in range(1, len(tokens))) == 1
 
 
 def test_stories_are_seeded_and_prefix_stable():

@@ -12,7 +12,7 @@ from mha_lib.viz.given_explorer import (
     explore_given,
     given_explorer,
     given_explorer_html,
-    given_weights,
+    _given_weights,
 )
 
 L = 6
@@ -67,13 +67,17 @@ def test_live_explorer_switches_layers_in_place(sequence_and_weights):
 def test_no_mask_and_one_valid_length(sequence_and_weights):
     tokens, weights = sequence_and_weights
     full = np.ones((2, 2, L, L)) / L
-    assert not given_weights(full, tokens=tokens).masked.any()
-    given = given_weights(full * 0 + np.eye(L)[0], tokens=tokens, valid_lens=1)  # only key 0
+    assert not _given_weights(full, tokens=tokens).masked.any()
+    given = _given_weights(full * 0 + np.eye(L)[0], tokens=tokens, valid_lens=1)  # only key 0
     assert given.masked[:, 1:].all() and not given.masked[:, 0].any()
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"weights": torch.rand(2, L, L)}, "weights must have shape"),
+    ({"weights": torch.zeros(2, L, L)}, "weights must have shape"),
+    ({"weights": torch.zeros(1, 1, L, L, device="meta")}, "weights must hold numbers"),
+    ({"tokens": torch.zeros(L, device="meta")}, "tokens must hold numbers"),
+    ({"layer_names": 5}, "layer_names must be 2 strings"),
+    ({"title": 3}, "title must be a string"),
     ({"weights": torch.full((1, 1, L, L), 2.0)}, r"\[0, 1\]"),
     ({"tokens": ["a"] * (L - 1)}, "tokens"),
     ({"valid_lens": [1, 2]}, "valid_lens"),
@@ -93,6 +97,6 @@ def test_a_mask_the_model_did_not_use_is_refused(sequence_and_weights):
     tokens, _ = sequence_and_weights
     uniform = torch.full((1, 1, L, L), 1.0 / L)  # attends to the future too
     with pytest.raises(ValueError, match="0 on the cells"):
-        given_weights(uniform, tokens=tokens, valid_lens=causal_valid_lens(1, L)[0])
+        _given_weights(uniform, tokens=tokens, valid_lens=causal_valid_lens(1, L)[0])
     with pytest.raises(ValueError, match="from given_explorer"):
         given_explorer_html(torch.zeros(1))

@@ -1,0 +1,280 @@
+"""Checkers of the exercises on modern attention: rotary positions, grouped queries, tiles.
+
+* :func:`check_rotary`          RoPE in the book's convention (chapter 3b; chapter 9 reuses it
+  with positions past a KV cache);
+* :func:`check_gqa_from_mha`    grouped-query attention from multi-head attention by
+  mean-pooling (chapter 10);
+* :func:`check_tiled_attention` attention over blocks of keys with an online softmax
+  (chapter 11).
+
+See :mod:`mha_lib.exercises` for how a checker works and how to add one. Each reference is the
+library's own code (:func:`mha_lib.positions.rotary`, :func:`mha_lib.gqa.gqa_from_mha`,
+:func:`mha_lib.flash.tiled_attention`), and each mistake model is built from it.
+
+Shape legend
+    B    batch size
+    H    number of (query) heads
+    Hkv  number of key/value heads, dividing H; g = H / Hkv heads per group
+    L    sequence length (Lq queries, Lk key-value pairs)
+    d    head size (query/key size in tiled attention), dv value size
+    D    H*d, the model width ``d_model``
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from mha_lib.exercises.runner import (
+    Case,
+    StudentError,
+    call_student,
+    long_tensor,
+    matmul_crash_hint,
+    run_cases,
+    seeded,
+)
+from mha_lib.flash import tiled_attention, tiled_attention_steps
+from mha_lib.gqa import gqa_from_mha
+from mha_lib.multihead import MultiHeadAttention
+from mha_lib.positions import rotary
+
+__all__ = ["check_gqa_from_mha", "check_rotary", "check_tiled_attention"]
+
+# --------------------------------------------------------------------------------------------
+# Rotary positions
+# --------------------------------------------------------------------------------------------
+
+
+def _rotary_variant(x: Tensor, positions: Tensor, spec: dict[str, str]) -> Tensor:
+    """:func:`mha_lib.positions.rotary` with the mistakes of ``spec``.
+
+    Settings ``pairs`` (``halves``), ``angle`` (``opposite``), ``exponent`` (``i_over_d``),
+    ``offset`` (``ignored``).
+
+    Shapes:
+        x: (B, H, L, d); positions: (L,) -> (B, H, L, d)
+    """
+    if spec.get("offset") == "ignored":
+        positions = torch.arange(x.shape[-2])  # (L,): every sequence as if it started at 0
+    if spec.get("angle") == "opposite":
+        positions = -positions  # the angle -p * theta_i
+    # 10000**(-i/d) = 100**(-2i/d): the exponent i/d is the book's formula with base 100
+    base = 100.0 if spec.get("exponent") == "i_over_d" else 10000.0
+    return rotary(x, positions, base, pairs=spec.get("pairs", "interleaved"))
+
+
+_ROTARY_SETTINGS = {"pairs": ("halves",), "angle": ("opposite",), "exponent": ("i_over_d",),
+                    "offset": ("ignored",)}
+
+
+def check_rotary(fn: Callable) -> bool:
+    """Check ``fn(x, positions)``: RoPE in this book's convention, against
+    :func:`mha_lib.positions.rotary`.
+
+    Pair i is the features ``(2i, 2i+1)``; at position p it turns by ``p * 10000**(-2i/d)``.
+
+    Shapes:
+        x: (B, H, L, d), d even; positions: (L,) integers; returns (B, H, L, d).
+
+    Catches: the halves convention (pairs (i, i + d/2)), the opposite angle, the exponent i/d
+    instead of 2i/d, the positions ignored (an offset lost), modifying x in place.
+    """
+    g = seeded(11)
+    setups = [
+        ("positions 0, 1, 2, 3; d = 8", (2, 3, 4, 8), [0, 1, 2, 3]),
+        ("positions 5, 6, 7 (after 5 cached tokens); d = 6", (1, 2, 3, 6), [5, 6, 7]),
+        ("positions 2, 4, 9, 10, 13; d = 4", (2, 1, 5, 4), [2, 4, 9, 10, 13]),
+    ]
+    cases = []
+    for description, shape, positions in setups:
+        x, positions = torch.randn(shape, generator=g), long_tensor(positions)
+        cases.append(Case(description, run_student=lambda x, p: call_student(fn, x, p),
+                          variant=lambda spec, x=x, p=positions: _rotary_variant(x, p, spec),
+                          inputs=(x, positions)))
+    return run_cases("check_rotary", cases, _ROTARY_SETTINGS,
+                     "Rotate one pair by hand: x[..., 0] and x[..., 1] of the row at position p "
+                     "turn by the angle p (i = 0), and compare with mha_lib.positions.rotary.")
+
+
+# --------------------------------------------------------------------------------------------
+# Tiled attention (an online softmax over blocks of keys)
+# --------------------------------------------------------------------------------------------
+
+
+def _tiled_variant(q: Tensor, k: Tensor, v: Tensor, block_size: int,
+                   spec: dict[str, str]) -> Tensor:
+    """:func:`mha_lib.flash.tiled_attention` with the mistakes of ``spec``, in float64.
+
+    Settings ``accumulator`` and ``running_sum`` (``not_rescaled``), ``blocks``
+    (``averaged``), ``scale`` (``none``). Block b adds ``p_b @ V_b`` to the accumulator and
+    ``p_b.sum(-1)`` to the running sum, ``p_b = exp(scores_b - m_b)`` with m_b the running
+    maximum after it (read off the library's states); the right walk first rescales what came
+    before by ``exp(m_{b-1} - m_b)``, a mistake leaves it as it was.
+
+    Shapes:
+        q: (B, Lq, d); k: (B, Lk, d); v: (B, Lk, dv) -> (B, Lq, dv)
+    """
+    q, k, v = q.double(), k.double(), v.double()
+    if spec.get("scale") == "none":
+        q = q * math.sqrt(q.shape[-1])  # the library divides by sqrt(d): cancel it
+    blocks = [slice(start, start + block_size) for start in range(0, k.shape[1], block_size)]
+    if spec.get("blocks") == "averaged":  # each block's own softmax, then the mean
+        return torch.stack([tiled_attention(q, k[:, b], v[:, b], block_size=block_size)
+                            for b in blocks]).mean(0)
+    states = tiled_attention_steps(q, k, v, block_size=block_size)
+    if not {"accumulator", "running_sum"} & spec.keys():
+        return states[-1].output
+    q = q / math.sqrt(q.shape[-1])
+    acc, total = states[-1].accumulator, states[-1].running_sum  # (B, Lq, dv), (B, Lq)
+    if spec.get("accumulator"):
+        acc = sum(torch.exp(q @ k[:, b].mT - state.running_max[..., None]) @ v[:, b]
+                  for b, state in zip(blocks, states))  # (B, Lq, b) @ (B, b, dv), summed
+    if spec.get("running_sum"):
+        total = sum(torch.exp(q @ k[:, b].mT - state.running_max[..., None]).sum(-1)
+                    for b, state in zip(blocks, states))  # (B, Lq, b) -> (B, Lq), summed
+    return acc / total[..., None]
+
+
+_TILED_SETTINGS = {"accumulator": ("not_rescaled",), "running_sum": ("not_rescaled",),
+                   "blocks": ("averaged",), "scale": ("none",)}
+
+
+def _growing_scores(g: torch.Generator, B: int, Lq: int, Lk: int, d: int):
+    """Queries and keys whose scores grow from key to key: the running maximum grows in every
+    block. Shapes (B, Lq, d) and (B, Lk, d)."""
+    u = torch.randn(d, generator=g)
+    q = u + 0.3 * torch.randn(B, Lq, d, generator=g)
+    steps = torch.arange(Lk, dtype=torch.float32)[:, None] * 0.6 / u.norm()  # (Lk, 1)
+    return q, steps * u / u.norm() + 0.3 * torch.randn(B, Lk, d, generator=g)
+
+
+def check_tiled_attention(fn: Callable) -> bool:
+    """Check ``fn(q, k, v, block_size)``: softmax(q k^T / sqrt(d)) v computed over blocks of
+    ``block_size`` keys with an online softmax, against :func:`mha_lib.flash.tiled_attention`.
+
+    Shapes:
+        q: (B, Lq, d); k: (B, Lk, d); v: (B, Lk, dv); returns (B, Lq, dv).
+
+    Catches: the output accumulator or the running sum not rescaled when the running maximum
+    grows, no 1/sqrt(d), each block normalised on its own and the blocks averaged, overflow of
+    exp() on large scores (NaN), modifying an input in place.
+    """
+    g = seeded(12)
+    cases = []
+    # (description, B, Lq, Lk, d, dv, block_size)
+    for description, B, Lq, Lk, d, dv, block_size in (
+            ("Lk = 8 keys in blocks of 2", 2, 3, 8, 4, 5, 2),
+            ("Lk = 7 keys in blocks of 3 (a shorter last block)", 1, 4, 7, 8, 3, 3),
+            ("scores that grow from key to key, blocks of 1", 2, 2, 5, 4, 3, 1),
+            ("one block holds every key (block_size 8 >= Lk = 5)", 2, 2, 5, 4, 3, 8),
+            ("large scores (about 100 in size), blocks of 2", 1, 3, 6, 4, 4, 2)):
+        if description.startswith("scores that grow"):
+            q, k = _growing_scores(g, B, Lq, Lk, d)
+        else:
+            size = 10.0 if description.startswith("large") else 1.0
+            q, k = (size * torch.randn(B, Lq, d, generator=g),
+                    size * torch.randn(B, Lk, d, generator=g))
+        v = torch.randn(B, Lk, dv, generator=g)
+        cases.append(Case(
+            description,
+            run_student=lambda q, k, v, b=block_size: call_student(fn, q, k, v, b),
+            variant=lambda spec, q=q, k=k, v=v, b=block_size: _tiled_variant(q, k, v, b, spec),
+            inputs=(q, k, v)))
+    return run_cases("check_tiled_attention", cases, _TILED_SETTINGS,
+                     "Print the running maximum, the running sum and the accumulator after "
+                     "each block next to mha_lib.flash.tiled_attention_steps(q, k, v, "
+                     "block_size=...) and find the first block where they part.",
+                     crash_hint=matmul_crash_hint)
+
+
+# --------------------------------------------------------------------------------------------
+# Grouped-query attention from multi-head attention (mean-pooling)
+# --------------------------------------------------------------------------------------------
+
+
+def _pooled_rows(weight: Tensor, H: int, Hkv: int, spec: dict[str, str]) -> Tensor:
+    """The key (or value) heads of ``weight`` pooled into Hkv heads, with ``spec``'s mistakes.
+
+    Settings ``kv_groups`` (``tiled``: group j = heads j, j + Hkv, ...) and ``pool`` (``sum``,
+    ``first``).
+
+    Shapes:
+        weight: (H*d, D) or a bias (H*d,) -> (Hkv*d, D) or (Hkv*d,)
+    """
+    g, d, rest = H // Hkv, weight.shape[0] // H, weight.shape[1:]
+    if spec.get("kv_groups") == "tiled":
+        # (H*d, ..) -> (g, Hkv, d, ..) -> (Hkv, g, d, ..): group j = heads j, j + Hkv, ...
+        heads = weight.reshape(g, Hkv, d, *rest).transpose(0, 1)
+    else:
+        heads = weight.reshape(Hkv, g, d, *rest)  # (H*d, ..) -> (Hkv, g, d, ..)
+    pool = spec.get("pool")
+    pooled = heads.sum(1) if pool == "sum" else heads[:, 0] if pool == "first" else heads.mean(1)
+    return pooled.reshape(Hkv * d, *rest)  # (Hkv, d, ..) -> (Hkv*d, ..)
+
+
+def _gqa_variant(mha: MultiHeadAttention, Hkv: int, x: Tensor, lens: Tensor,
+                 spec: dict[str, str]) -> Tensor:
+    """Self-attention output on ``x`` of :func:`mha_lib.gqa.gqa_from_mha` ``(mha, Hkv)``, its
+    key and value heads pooled with ``spec``'s mistakes. Shapes: x (B, L, D) -> (B, L, D)."""
+    gqa = gqa_from_mha(mha, Hkv).eval()
+    with torch.no_grad():
+        if spec:
+            for name in ("W_k", "W_v"):
+                for param in ("weight", "bias"):
+                    source = getattr(getattr(mha, name), param)
+                    if source is not None:
+                        getattr(getattr(gqa, name), param).copy_(
+                            _pooled_rows(source, mha.num_heads, Hkv, spec))
+        return gqa(x, x, x, lens)
+
+
+_GQA_SETTINGS = {"kv_groups": ("tiled",), "pool": ("sum", "first")}
+
+
+def check_gqa_from_mha(fn: Callable) -> bool:
+    """Check ``fn(mha, num_kv_heads)``: a ``GroupedQueryAttention`` made from the
+    ``MultiHeadAttention`` ``mha`` as uptraining starts (Ainslie et al., 2023), against
+    :func:`mha_lib.gqa.gqa_from_mha`: W_q and W_o copied, and the key and value heads of each
+    group of g = H / Hkv *consecutive* heads mean-pooled (``mha_lib.gqa.kv_head_of``).
+
+    The result is compared by its self-attention output on the same inputs (with valid
+    lengths); ``mha`` has no biases and D = d_model for every size. ``fn`` gets a copy of
+    ``mha`` each time.
+
+    Catches: groups tiled (head h pooled into h % Hkv), a sum instead of the mean, the group's
+    first head instead of the pool, a result that is not a module or has the wrong number of
+    heads.
+    """
+    x, lens = torch.randn(2, 5, 12, generator=seeded(13)), long_tensor([5, 3])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(13)
+        # key_size, query_size, value_size, D = d_model, H, dropout (positional: d2l's order)
+        modules = {H: MultiHeadAttention(12, 12, 12, 12, H, 0.0).eval() for H in (4, 6)}
+    cases = []
+    for H, Hkv in ((4, 2), (6, 3), (6, 2), (4, 1)):
+        mha = modules[H]
+
+        def run(mha=mha, Hkv=Hkv):
+            gqa = call_student(fn, copy.deepcopy(mha), Hkv)
+            if not isinstance(gqa, nn.Module):
+                raise StudentError(f"no error, but returned a {type(gqa).__name__}, not an "
+                                   "nn.Module (expected a mha_lib.gqa.GroupedQueryAttention)")
+            for name, want in (("num_heads", mha.num_heads), ("num_kv_heads", Hkv)):
+                got = getattr(gqa, name, want)
+                if got != want:
+                    raise StudentError(f"no error, but the result has {name} = {got}, "
+                                       f"expected {want}")
+            with torch.no_grad():
+                return call_student(gqa.eval(), x, x, x, lens)
+
+        cases.append(Case(f"H = {H} query heads, Hkv = {Hkv} key/value heads", run_student=run,
+                          variant=lambda spec, mha=mha, Hkv=Hkv: _gqa_variant(
+                              mha, Hkv, x, lens, spec)))
+    return run_cases("check_gqa_from_mha", cases, _GQA_SETTINGS,
+                     "Compare your W_k.weight with mha.W_k.weight.reshape(Hkv, H // Hkv, d, D)"
+                     ".mean(1).reshape(Hkv * d, D), and W_q, W_o with mha's.")
