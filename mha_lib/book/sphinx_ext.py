@@ -5,7 +5,8 @@
   bundle) at the version of the plotly.js inside the plotly wheel, and loads it, as a blocking
   script before any other, only on pages that draw a plotly figure, followed by
   ``mha-figures.js`` (phone layouts, and dark figures in the theme's dark mode; see
-  ``mha_lib.book.plotly_mime``);
+  ``mha_lib.book.plotly_mime``); on the page of the language-model explorer
+  (``mha_lib.viz.text_explorer``) only, its script ``mha-lm.js`` after them;
 * adds the site's stylesheet ``mha-site.css`` (no sideways scrolling on a phone, link
   contrast, the kernel-free explorer's controls, the search field kept on screen) and
   ``mha-site.js`` (scrollable regions reachable with the keyboard);
@@ -57,6 +58,8 @@ PLOTLY_JS_SHA256 = "79542150855a52c567260e3137095dbe2b744e6d702a5cabe67da246942f
 FIGURES_JS = "mha-figures.js"
 SITE_CSS = "mha-site.css"
 SITE_JS = "mha-site.js"
+LM_JS = "mha-lm.js"
+_LM_MARKER = 'id="lm-input"'  # the text box of mha_lib.viz.text_explorer.text_explorer_html
 # The theme's Font Awesome script tag (pydata-sphinx-theme 0.15: vendor/fontawesome/<v>/js/all.min.js)
 _FONTAWESOME_JS = re.compile(r'\s*<script src="[^"]*fontawesome/[^"]*/js/all\.min\.js[^"]*"></script>')
 # Preloads of the brands and regular web fonts, which no page uses (the theme's icons are solid)
@@ -106,7 +109,7 @@ def _drop_widget_state(app, doctree) -> None:
 
 
 def _own_assets_once(app, config) -> None:
-    ours = {SITE_CSS, SITE_JS, FIGURES_JS, PLOTLY_JS}
+    ours = {SITE_CSS, SITE_JS, FIGURES_JS, PLOTLY_JS, LM_JS}
     for key in ("html_js_files", "html_css_files"):
         files = list(getattr(config, key, None) or [])
         kept = [f for f in files if (f[0] if isinstance(f, (tuple, list)) else f) not in ours]
@@ -127,6 +130,8 @@ def _page_assets(app, pagename, templatename, context, doctree) -> None:
     if "plotly-graph-div" in body:
         app.add_js_file(PLOTLY_JS, priority=1)
         app.add_js_file(FIGURES_JS, priority=2)
+        if _LM_MARKER in body:
+            app.add_js_file(LM_JS, priority=3)
     unused = ["sphinx-thebe"]  # its stylesheet: thebe's scripts are gone (see _drop_thebe)
     if not _DESIGN_CLASS.search(body):
         unused += ["sphinx-design", "design-tabs"]

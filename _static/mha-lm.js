@@ -1,0 +1,600 @@
+/* The story language model of chapter 12, running in the page: type a sentence, see its heads.
+ *
+ * The page holds the model as mha_lib.lm.export() writes it ("mha_lib.lm/1": config,
+ * tokenizer, weights as base64 little-endian float32, PyTorch's (out, in) layout) in a
+ * <script type="application/json">, next to the explorer's markup, both written by
+ * mha_lib.viz.text_explorer.text_explorer_html. Nothing is fetched: the page works offline
+ * and from file://. plotly.js and mha-figures.js are loaded before this script.
+ *
+ * The forward pass is mha_lib.lm.StoryLM's (see that module's docstring), one position at a
+ * time with a key/value cache, in double precision from the float32 weights:
+ *   x = E[id];  per block: h = LN1(x); q, k, v = W_q h + b_q, W_k h + b_k, W_v h + b_v;
+ *   rotary on q and k (pairs (2i, 2i+1), angle p * base^(-2i/d)); query head h reads the
+ *   key/value head h / (H / Hkv); causal softmax(q k / sqrt(d)); x += W_o concat + b_o;
+ *   x += W_2 relu(W_1 LN2(x) + b_1) + b_2;  logits = W_out LN(x) + b_out.
+ * Greedy continuation: up to settings.continuation_tokens tokens, up to the first "." (as
+ * mha_lib.viz.text_explorer does with StoryLM.generate). For tests: the root element carries
+ * .mhaLM = {model, state} and data-rendered (bumped at each drawing); heatmap trace n*H + h
+ * holds head h of layer n, meta = {layer: n, head: h} (other layers' traces hidden).
+ */
+(function () {
+  "use strict";
+  var PUNCTUATION = {".": true, ",": true, "'s": true, "!": true, "?": true};  // as mha_lib.stories.detokenize
+  var SENTENCE_END = {".": true, "!": true, "?": true};
+  var MASKED_COLOR = "#c8c8c8";  // as mha_lib.viz.heatmaps.MASKED_COLOR: future keys
+  var PLOT_CONFIG = {responsive: true, displaylogo: false, displayModeBar: false};
+  var CSS = [
+    ".mha-lm{margin:0.5rem 0 1rem}.mha-lm label,.mha-lm legend{font-weight:600}",
+    ".mha-lm-row{display:flex;flex-wrap:wrap;gap:0.5rem;align-items:center;margin:0.25rem 0 0.5rem}",
+    ".mha-lm input[type=text]{flex:1 1 16rem;min-width:0;min-height:2.75rem;font-size:1rem;",
+    "padding:0.4rem 0.6rem;border:1px solid var(--pst-color-border,#8a8a8a);border-radius:0.25rem;",
+    "background:var(--pst-color-background,#fff);color:var(--pst-color-text-base,#222)}",
+    ".mha-lm button{min-height:2.75rem;min-width:2.75rem;font-size:0.95rem;padding:0.3rem 0.75rem;",
+    "border:1px solid var(--pst-color-border,#8a8a8a);border-radius:0.25rem;cursor:pointer;",
+    "background:var(--pst-color-surface,#f3f4f5);color:var(--pst-color-text-base,#222)}",
+    ".mha-lm button:hover{border-color:var(--pst-color-primary,#1a4f8b)}",
+    ".mha-lm button:focus-visible,.mha-lm input:focus-visible,.mha-lm summary:focus-visible{",
+    "outline:3px solid var(--pst-color-primary,#1a4f8b);outline-offset:2px}",
+    ".mha-lm fieldset{border:0;padding:0;margin:0.25rem 0;display:flex;flex-wrap:wrap;gap:0.25rem 1rem;align-items:center}",
+    ".mha-lm fieldset legend{float:left;width:auto;margin:0 0.5rem 0 0;padding:0;font-size:1rem;line-height:inherit}",
+    ".mha-lm fieldset legend+*{clear:none}",
+    ".mha-lm fieldset label{font-weight:400;display:inline-flex;align-items:center;gap:0.3rem;min-height:2.75rem}",
+    ".mha-lm input[type=radio]{width:1.1rem;height:1.1rem;accent-color:#3b528b}",
+    "html[data-theme=dark] .mha-lm input[type=radio]{accent-color:#8ab4f8}",
+    ".mha-lm-tokens{line-height:2;margin:0.25rem 0}",
+    ".mha-lm-tok{display:inline-block;padding:0 0.35rem;margin:0 0.15rem 0.2rem 0;border-radius:0.2rem;",
+    "border:1px solid var(--pst-color-border,#bbb);font-family:var(--pst-font-family-monospace,monospace);",
+    "font-size:0.9em;line-height:1.6}",
+    ".mha-lm-tok.mha-lm-unk{border:2px dashed #b35900;font-style:italic}",
+    "html[data-theme=dark] .mha-lm-tok.mha-lm-unk{border-color:#ffb366}",
+    ".mha-lm-hint{margin:0.25rem 0 0.5rem}.mha-lm-hint p{margin:0.25rem 0}",
+    ".mha-lm-continuation{margin:0.5rem 0;font-size:1.05rem}",
+    ".mha-lm-continuation strong{border-bottom:2px solid var(--pst-color-primary,#1a4f8b)}",
+    ".mha-lm-sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}",
+    ".mha-lm details{margin:0.5rem 0}.mha-lm summary{cursor:pointer;min-height:2rem}",
+    ".mha-lm-figure{width:100%;max-width:100%}"
+  ].join("");
+
+  // --- the model -----------------------------------------------------------------------------
+  function floats(entry) {  // {shape, data: base64 little-endian float32} -> Float32Array
+    var bytes = atob(entry.data), n = bytes.length / 4, out = new Float32Array(n);
+    var view = new DataView(new ArrayBuffer(bytes.length));
+    for (var i = 0; i < bytes.length; i++) view.setUint8(i, bytes.charCodeAt(i));
+    for (var j = 0; j < n; j++) out[j] = view.getFloat32(4 * j, true);
+    return out;
+  }
+
+  function Model(exported) {
+    if (!exported || exported.format !== "mha_lib.lm/1") {
+      throw new Error("mha-lm: the page's model is not of format mha_lib.lm/1");
+    }
+    var cfg = exported.config, w = exported.weights, self = this;
+    function get(name) {
+      if (!w[name]) throw new Error("mha-lm: the exported model lacks " + name);
+      return floats(w[name]);
+    }
+    this.config = cfg;
+    this.D = cfg.d_model; this.H = cfg.num_heads; this.Hkv = cfg.num_kv_heads;
+    this.N = cfg.num_layers; this.F = cfg.d_ff; this.V = cfg.vocab_size;
+    this.d = this.D / this.H;
+    this.eps = cfg.layer_norm_eps; this.base = cfg.rope_base;
+    this.embedding = get("token_embedding.weight");
+    this.blocks = [];
+    for (var n = 0; n < this.N; n++) {
+      var p = "blocks." + n + ".";
+      this.blocks.push({
+        ln1w: get(p + "norm1.weight"), ln1b: get(p + "norm1.bias"),
+        Wq: get(p + "attention.W_q.weight"), bq: get(p + "attention.W_q.bias"),
+        Wk: get(p + "attention.W_k.weight"), bk: get(p + "attention.W_k.bias"),
+        Wv: get(p + "attention.W_v.weight"), bv: get(p + "attention.W_v.bias"),
+        Wo: get(p + "attention.W_o.weight"), bo: get(p + "attention.W_o.bias"),
+        ln2w: get(p + "norm2.weight"), ln2b: get(p + "norm2.bias"),
+        W1: get(p + "feed_forward.0.weight"), b1: get(p + "feed_forward.0.bias"),
+        W2: get(p + "feed_forward.3.weight"), b2: get(p + "feed_forward.3.bias")
+      });
+    }
+    this.normw = get("norm.weight"); this.normb = get("norm.bias");
+    this.Wout = get("unembedding.weight"); this.bout = get("unembedding.bias");
+    var tok = exported.tokenizer;
+    this.vocab = tok.vocab; this.padId = tok.pad_id; this.unkId = tok.unk_id;
+    this.pattern = tok.pattern;
+    this.names = {};
+    tok.names.forEach(function (name) { self.names[name] = true; });
+    this.ids = Object.create(null);
+    this.vocab.forEach(function (token, i) { self.ids[token] = i; });
+    // the angular frequencies base^(-2i/d), i = 0 .. d/2 - 1
+    this.freqs = [];
+    for (var i = 0; i < this.d / 2; i++) this.freqs.push(Math.pow(this.base, -2 * i / this.d));
+  }
+
+  // y = W x + b, W (out, inp) row-major
+  function linear(W, b, x, out, inp) {
+    var y = new Float64Array(out);
+    for (var o = 0; o < out; o++) {
+      var s = b[o], row = o * inp;
+      for (var i = 0; i < inp; i++) s += W[row + i] * x[i];
+      y[o] = s;
+    }
+    return y;
+  }
+
+  function layerNorm(x, w, b, eps) {
+    var n = x.length, mean = 0, variance = 0, i;
+    for (i = 0; i < n; i++) mean += x[i];
+    mean /= n;
+    for (i = 0; i < n; i++) variance += (x[i] - mean) * (x[i] - mean);
+    var scale = 1 / Math.sqrt(variance / n + eps), y = new Float64Array(n);
+    for (i = 0; i < n; i++) y[i] = (x[i] - mean) * scale * w[i] + b[i];
+    return y;
+  }
+
+  Model.prototype.rotate = function (x, heads, position) {  // in place, every head of x
+    var d = this.d;
+    for (var h = 0; h < heads; h++) {
+      for (var i = 0; i < d / 2; i++) {
+        var angle = position * this.freqs[i], c = Math.cos(angle), s = Math.sin(angle);
+        var a = x[h * d + 2 * i], b = x[h * d + 2 * i + 1];
+        x[h * d + 2 * i] = a * c - b * s;
+        x[h * d + 2 * i + 1] = a * s + b * c;
+      }
+    }
+  };
+
+  Model.prototype.newCache = function () {
+    var cache = [];
+    for (var n = 0; n < this.N; n++) cache.push({keys: [], values: []});
+    return cache;
+  };
+
+  /* Feed the token `id` at position cache[0].keys.length. Returns the next-token logits
+   * (Float64Array V) when wantLogits, and each head's weights over keys 0..p in rows[n][h]. */
+  Model.prototype.step = function (id, cache, wantLogits) {
+    var D = this.D, H = this.H, Hkv = this.Hkv, d = this.d, g = H / Hkv;
+    var position = cache[0].keys.length, scale = 1 / Math.sqrt(d);
+    var x = new Float64Array(D), rows = [], i, j;
+    for (i = 0; i < D; i++) x[i] = this.embedding[id * D + i];
+    for (var n = 0; n < this.N; n++) {
+      var blk = this.blocks[n], c = cache[n];
+      var hN = layerNorm(x, blk.ln1w, blk.ln1b, this.eps);
+      var q = linear(blk.Wq, blk.bq, hN, D, D);
+      var k = linear(blk.Wk, blk.bk, hN, Hkv * d, D);
+      var v = linear(blk.Wv, blk.bv, hN, Hkv * d, D);
+      this.rotate(q, H, position);
+      this.rotate(k, Hkv, position);
+      c.keys.push(k);
+      c.values.push(v);
+      var concat = new Float64Array(D), layerRows = [];
+      for (var h = 0; h < H; h++) {
+        var kv = Math.floor(h / g), scores = new Float64Array(position + 1), top = -Infinity;
+        for (j = 0; j <= position; j++) {
+          var s = 0, key = c.keys[j];
+          for (i = 0; i < d; i++) s += q[h * d + i] * scale * key[kv * d + i];
+          scores[j] = s;
+          if (s > top) top = s;
+        }
+        var total = 0;
+        for (j = 0; j <= position; j++) { scores[j] = Math.exp(scores[j] - top); total += scores[j]; }
+        for (j = 0; j <= position; j++) {
+          scores[j] /= total;
+          var value = c.values[j];
+          for (i = 0; i < d; i++) concat[h * d + i] += scores[j] * value[kv * d + i];
+        }
+        layerRows.push(scores);
+      }
+      rows.push(layerRows);
+      var attended = linear(blk.Wo, blk.bo, concat, D, D);
+      for (i = 0; i < D; i++) x[i] += attended[i];
+      var hidden = linear(blk.W1, blk.b1, layerNorm(x, blk.ln2w, blk.ln2b, this.eps), this.F, D);
+      for (i = 0; i < this.F; i++) if (hidden[i] < 0) hidden[i] = 0;
+      var ff = linear(blk.W2, blk.b2, hidden, D, this.F);
+      for (i = 0; i < D; i++) x[i] += ff[i];
+    }
+    var logits = wantLogits
+      ? linear(this.Wout, this.bout, layerNorm(x, this.normw, this.normb, this.eps), this.V, D)
+      : null;
+    return {rows: rows, logits: logits};
+  };
+
+  function argmax(values) {  // the first index of the largest value, as torch.argmax
+    var best = 0;
+    for (var i = 1; i < values.length; i++) if (values[i] > values[best]) best = i;
+    return best;
+  }
+
+  /* Read the token ids: weights[n][h] = L rows (row i: the i + 1 weights of query i), the
+   * logits at every position (what the model expects next), and the greedy continuation.
+   * `previous` (an earlier result) lends the work done on the ids both readings start with:
+   * typing at the end of the text runs only the new tokens. */
+  Model.prototype.read = function (ids, maxNew, stopToken, previous) {
+    var keep = 0, n, h;
+    while (previous && keep < ids.length && keep < previous.ids.length && ids[keep] === previous.ids[keep]) keep++;
+    var cache = keep ? previous.cache : this.newCache();
+    cache.forEach(function (c) { c.keys.length = keep; c.values.length = keep; });
+    var weights = [], logits = keep ? previous.logits.slice(0, keep) : [];
+    for (n = 0; n < this.N; n++) {
+      weights.push([]);
+      for (h = 0; h < this.H; h++) weights[n].push(keep ? previous.weights[n][h].slice(0, keep) : []);
+    }
+    for (var p = keep; p < ids.length; p++) {
+      var out = this.step(ids[p], cache, true);
+      for (n = 0; n < this.N; n++) for (h = 0; h < this.H; h++) weights[n][h].push(out.rows[n][h]);
+      logits.push(out.logits);
+    }
+    var continuation = [], stop = this.ids[stopToken], last = logits[logits.length - 1];
+    for (var t = 0; t < maxNew && last; t++) {
+      var next = argmax(last);
+      continuation.push(next);
+      if (next === stop || t === maxNew - 1) break;
+      last = this.step(next, cache, true).logits;
+    }
+    cache.forEach(function (c) { c.keys.length = ids.length; c.values.length = ids.length; });
+    return {ids: ids.slice(), weights: weights, logits: logits, continuation: continuation, cache: cache};
+  };
+
+  Model.prototype.tokenize = function (text) {  // as mha_lib.stories.Tokenizer.tokenize
+    var lower = text.toLowerCase().replace(/\u2019/g, "'").replace(/\u2018/g, "'");
+    var found = lower.match(new RegExp(this.pattern, "gu")) || [], tokens = [];
+    found.forEach(function (token) {
+      if (token.length > 2 && token.slice(-2) === "'s") tokens.push(token.slice(0, -2), "'s");
+      else tokens.push(token);
+    });
+    return tokens;
+  };
+
+  Model.prototype.encode = function (tokens) {
+    var ids = this.ids, unk = this.unkId;
+    return tokens.map(function (t) { return t in ids ? ids[t] : unk; });
+  };
+
+  /* Text for token ids, as Tokenizer.decode: <pad> dropped, no space before punctuation,
+   * capitals for names and sentence starts (mha_lib.stories.detokenize). */
+  Model.prototype.decode = function (ids) {
+    var words = [], start = true, self = this;
+    ids.forEach(function (id) {
+      if (id === self.padId) return;
+      var token = self.vocab[id];
+      var word = (start || self.names[token]) && /^[a-z]+$/i.test(token)
+        ? token.charAt(0).toUpperCase() + token.slice(1).toLowerCase() : token;
+      if (words.length && PUNCTUATION[token]) words[words.length - 1] += word;
+      else words.push(word);
+      if (SENTENCE_END[token]) start = true;
+      else if (!PUNCTUATION[token]) start = false;
+    });
+    return words.join(" ");
+  };
+
+  /* What the continuation adds to the text: decode(ids + new) minus decode(ids). */
+  Model.prototype.continuationText = function (ids, added) {
+    var head = this.decode(ids);
+    return this.decode(ids.concat(added)).slice(head.length);
+  };
+
+  // --- the explorer's reading of a text ---------------------------------------------------------
+  function editDistance(a, b) {
+    var prev = [], cur, i, j;
+    for (j = 0; j <= b.length; j++) prev.push(j);
+    for (i = 1; i <= a.length; i++) {
+      cur = [i];
+      for (j = 1; j <= b.length; j++) {
+        cur.push(Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1)));
+      }
+      prev = cur;
+    }
+    return prev[b.length];
+  }
+
+  function isWord(token) { return /^[a-z]/.test(token); }
+
+  /* Up to three known tokens to try instead of the unknown `token` at position i (as
+   * mha_lib.viz.text_explorer._suggestions). For a word: the closest known spelling (if it is
+   * close), then the words the model expects at i after reading the tokens before it, then more
+   * spellings. For a number or a sign: the punctuation the model knows, the most expected first. */
+  function suggestions(model, token, i, logits) {
+    var word = isWord(token), vocab = model.vocab, candidates = [], out = [];
+    vocab.forEach(function (t, v) {
+      if (v !== model.padId && v !== model.unkId && t !== "'s" && isWord(t) === word) candidates.push(v);
+    });
+    var expected = [];
+    if (i > 0) {
+      var scores = logits[i - 1];
+      expected = candidates.slice().sort(function (a, b) { return scores[b] - scores[a]; })
+        .map(function (v) { return vocab[v]; });
+    }
+    if (!word) return (expected.length ? expected : candidates.map(function (v) { return vocab[v]; })).slice(0, 3);
+    var close = candidates.map(function (v) { return [editDistance(token, vocab[v]), vocab[v]]; })
+      .sort(function (a, b) { return a[0] - b[0] || (a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0); });
+    if (close[0][0] <= Math.max(1, Math.floor(token.length / 3))) out.push(close[0][1]);
+    expected.concat(close.map(function (c) { return c[1]; })).forEach(function (t) {
+      if (out.length < 3 && out.indexOf(t) < 0) out.push(t);
+    });
+    return out;
+  }
+
+  function readText(model, text, settings, previous) {
+    var all = model.tokenize(text), tokens = all.slice(0, settings.max_tokens);
+    var ids = model.encode(tokens);
+    var state = {text: text, tokens: tokens, ids: ids, truncated: all.length > tokens.length,
+                 unknown: [], weights: [], continuation: [], continuationText: ""};
+    if (!tokens.length) return state;
+    var result = model.read(ids, settings.continuation_tokens, settings.stop, previous && previous.result);
+    state.result = result;
+    state.weights = result.weights;
+    state.continuation = result.continuation;
+    state.continuationText = model.continuationText(ids, result.continuation);
+    tokens.forEach(function (token, i) {
+      if (ids[i] === model.unkId && !state.unknown.some(function (u) { return u.token === token; })) {
+        state.unknown.push({token: token, position: i, suggestions: suggestions(model, token, i, result.logits)});
+      }
+    });
+    return state;
+  }
+
+  // --- the figure ------------------------------------------------------------------------------
+  var CHAR_PX = 6.6;  // width of a character of an 11 px tick label
+  var TICK_PX = 13;  // room for one tick label across its axis
+
+  /* Panels of the H heads of one layer: as many columns as fit panels of at least
+   * max(150, 13 px per token) px (100 on a phone); tick labels thinned and turned when they
+   * would overlap. mha_lib.viz.text_explorer._grid lays out the live figure the same way. */
+  function panelGrid(tokens, H, width, narrow) {
+    var L = tokens.length, longest = 1;
+    tokens.forEach(function (t) { longest = Math.max(longest, Math.min(t.length, 14)); });
+    var margin = {l: Math.round(longest * CHAR_PX) + (narrow ? 34 : 44), r: narrow ? 56 : 86, t: 12, b: 8};
+    var plotW = Math.max(120, width - margin.l - margin.r), gap = 18;
+    var minPanel = Math.max(narrow ? 100 : 150, TICK_PX * L);
+    var cols = Math.max(1, Math.min(H, Math.floor((plotW + gap) / (minPanel + gap))));
+    if (cols === 3 && H === 4) cols = 2;  // 2 x 2 rather than 3 + 1
+    var panel = (plotW - gap * (cols - 1)) / cols;
+    var step = Math.max(1, Math.ceil(L * TICK_PX / panel));
+    var turned = (L / step) * (longest * CHAR_PX + 6) > panel;
+    var rowPx = 22 + panel + (turned ? longest * CHAR_PX + 10 : 18) + 22;
+    var rows = Math.ceil(H / cols);
+    return {cols: cols, panel: panel, gap: gap, plotW: plotW, step: step, turned: turned,
+            rowPx: rowPx, margin: margin, height: Math.round(margin.t + rows * rowPx + margin.b)};
+  }
+
+  function figure(model, state, layer, width, narrow) {
+    var L = state.tokens.length, H = model.H, N = model.N;
+    var grid = panelGrid(state.tokens, H, width, narrow);
+    var plotH = grid.height - grid.margin.t - grid.margin.b;
+    var ticks = [], labels = [];
+    for (var i = 0; i < L; i += grid.step) { ticks.push(i); labels.push(state.tokens[i]); }
+    var unknown = {};
+    state.unknown.forEach(function (u) { unknown[u.token] = true; });
+    var hover = state.tokens.map(function (query, qi) {
+      return state.tokens.map(function (key, kj) {
+        return "query " + qi + ": " + query + (unknown[query] ? " (unknown)" : "") +
+               "<br>key " + kj + ": " + key + (unknown[key] ? " (unknown)" : "");
+      });
+    });
+    var data = [], layout = {
+      height: grid.height, margin: grid.margin, showlegend: false,
+      plot_bgcolor: "rgba(0,0,0,0)", annotations: [], shapes: [],
+      font: {size: narrow ? 11 : 12},
+      coloraxis: {colorscale: "Viridis", cmin: 0, cmax: 1,
+                  colorbar: {title: {text: "weight", side: "right"}, thickness: narrow ? 10 : 14,
+                             len: Math.min(1, 320 / plotH), y: 1, yanchor: "top", x: 1.01,
+                             xpad: 6}}
+    };
+    for (var n = 0; n < N; n++) {
+      for (var h = 0; h < H; h++) {
+        var rows = state.weights[n][h].map(function (row) {
+          var z = Array.prototype.slice.call(row);
+          while (z.length < L) z.push(null);  // future keys: no weight, the grey shows
+          return z;
+        });
+        var suffix = h === 0 ? "" : String(h + 1);
+        data.push({
+          type: "heatmap", z: rows, x: state.tokens.map(function (_, j) { return j; }),
+          y: state.tokens.map(function (_, j) { return j; }), xaxis: "x" + suffix, yaxis: "y" + suffix,
+          coloraxis: "coloraxis", meta: {layer: n, head: h}, name: "layer " + n + ", head " + h,
+          visible: n === layer, hoverongaps: false, text: hover,
+          hovertemplate: "layer " + n + ", head " + h + "<br>%{text}<br>weight %{z:.3f}<extra></extra>"
+        });
+      }
+    }
+    for (var p = 0; p < H; p++) {
+      var col = p % grid.cols, row = Math.floor(p / grid.cols), sfx = p === 0 ? "" : String(p + 1);
+      var x0 = col * (grid.panel + grid.gap) / grid.plotW, x1 = x0 + grid.panel / grid.plotW;
+      var top = 1 - (row * grid.rowPx + 22) / plotH, bottom = top - grid.panel / plotH;
+      var common = {tickmode: "array", tickvals: ticks, ticktext: labels, showgrid: false,
+                    zeroline: false, fixedrange: true, ticks: "", tickfont: {size: 11}};
+      layout["xaxis" + sfx] = Object.assign({}, common, {
+        domain: [x0, Math.min(1, x1)], anchor: "y" + sfx, range: [-0.5, L - 0.5],
+        tickangle: grid.turned ? -90 : 0, title: {text: "key", standoff: 4, font: {size: 12}}});
+      layout["yaxis" + sfx] = Object.assign({}, common, {
+        domain: [Math.max(0, bottom), Math.min(1, top)], anchor: "x" + sfx, range: [L - 0.5, -0.5],
+        showticklabels: col === 0,
+        title: {text: col === 0 ? "query" : "", standoff: 4, font: {size: 12}}});
+      layout.shapes.push({type: "rect", xref: "x" + sfx + " domain", yref: "y" + sfx + " domain",
+                          x0: 0, x1: 1, y0: 0, y1: 1, layer: "below", fillcolor: MASKED_COLOR,
+                          line: {width: 0}});
+      layout.annotations.push({text: "layer " + layer + ", head " + p, xref: "paper", yref: "paper",
+                               x: (x0 + Math.min(1, x1)) / 2, y: Math.min(1, top), xanchor: "center",
+                               yanchor: "bottom", showarrow: false, font: {size: narrow ? 12 : 13}});
+    }
+    return {data: data, layout: layout};
+  }
+
+  // --- the page --------------------------------------------------------------------------------
+  function el(tag, attrs, children) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) {
+      if (k === "text") node.textContent = attrs[k];
+      else node.setAttribute(k, attrs[k]);
+    });
+    (children || []).forEach(function (c) { node.appendChild(typeof c === "string" ? document.createTextNode(c) : c); });
+    return node;
+  }
+
+  function replaceWord(text, word, replacement) {
+    var escaped = word.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    var pattern = /^[a-z0-9']+$/.test(word)
+      ? new RegExp("(^|[^A-Za-z0-9])(" + escaped + ")(?![A-Za-z0-9])", "i") : new RegExp("()(" + escaped + ")");
+    return pattern.test(text) ? text.replace(pattern, function (_, before) { return before + replacement; })
+                              : text + " " + replacement;
+  }
+
+  function mount(root) {
+    if (root.mhaLM) return root.mhaLM;
+    var source = document.getElementById(root.getAttribute("data-model"));
+    var settings = JSON.parse(root.getAttribute("data-settings"));
+    var model = new Model(JSON.parse(source.textContent));
+    if (!document.getElementById("mha-lm-style")) document.head.appendChild(el("style", {id: "mha-lm-style", text: CSS}));
+    var input = root.querySelector("#lm-input"), form = root.querySelector("form");
+    var tokensBox = root.querySelector(".mha-lm-tokens"), hint = root.querySelector(".mha-lm-hint");
+    var said = root.querySelector(".mha-lm-continuation"), gd = root.querySelector(".mha-lm-figure");
+    var writeOn = root.querySelector(".mha-lm-write-on");
+    var known = root.querySelector(".mha-lm-known");
+    var api = {model: model, state: null, rendered: 0};
+    root.mhaLM = api;
+    root.querySelector(".mha-lm-fallback").hidden = true;
+    root.querySelector(".mha-lm-live").hidden = false;
+
+    known.textContent = model.vocab.filter(function (t) { return t !== model.vocab[model.padId] && t !== model.vocab[model.unkId]; })
+      .map(function (t) { return model.names[t] ? t.charAt(0).toUpperCase() + t.slice(1) : t; })
+      .sort(function (a, b) { return a.toLowerCase() < b.toLowerCase() ? -1 : 1; }).join(" · ");
+
+    function layer() {
+      var checked = root.querySelector("input[name=lm-layer]:checked");
+      return checked ? Number(checked.value) : 0;
+    }
+    function narrow() { return window.mhaIsNarrow ? window.mhaIsNarrow(gd) : (gd.parentElement || gd).clientWidth < 560; }
+
+    function showTokens(state) {
+      tokensBox.textContent = "";
+      if (!state.tokens.length) {
+        tokensBox.textContent = "Type a sentence: the model needs at least one word.";
+        return;
+      }
+      tokensBox.appendChild(document.createTextNode("The model reads " + state.tokens.length +
+        " token" + (state.tokens.length === 1 ? "" : "s") + ": "));
+      var unknown = {};
+      state.unknown.forEach(function (u) { unknown[u.token] = true; });
+      state.tokens.forEach(function (t) {
+        var chip = el("span", {"class": "mha-lm-tok" + (unknown[t] ? " mha-lm-unk" : ""), text: t});
+        if (unknown[t]) {
+          chip.setAttribute("title", "not in the model's vocabulary: read as <unk>");
+          chip.appendChild(el("span", {"class": "mha-lm-sr", text: " (unknown)"}));
+        }
+        tokensBox.appendChild(chip);
+        tokensBox.appendChild(document.createTextNode(" "));
+      });
+      if (state.truncated) {
+        tokensBox.appendChild(document.createTextNode("(only the first " + settings.max_tokens + " tokens are read)"));
+      }
+    }
+
+    function showHint(state) {
+      hint.textContent = "";
+      if (!state.unknown.length) return;
+      var words = state.unknown.map(function (u) { return "\u201c" + u.token + "\u201d"; }).join(", ");
+      hint.appendChild(el("p", {text: "The model does not know " + words + ": it reads " +
+        (state.unknown.length === 1 ? "it" : "each") + " as <unk>, a token it never saw in training. " +
+        "Try a word it knows:"}));
+      state.unknown.forEach(function (u) {
+        var row = el("p", {"class": "mha-lm-row", role: "group", "aria-label": "instead of " + u.token},
+                     [el("span", {text: "\u201c" + u.token + "\u201d \u2192"})]);
+        u.suggestions.forEach(function (word) {
+          var shown = model.names[word] ? word.charAt(0).toUpperCase() + word.slice(1) : word;
+          var button = el("button", {type: "button", "class": "mha-lm-suggestion", text: shown,
+                                     "aria-label": "replace " + u.token + " by " + shown});
+          button.addEventListener("click", function () {
+            input.value = replaceWord(input.value, u.token, shown);
+            input.focus();
+            update();
+          });
+          row.appendChild(button);
+        });
+        hint.appendChild(row);
+      });
+    }
+
+    function showContinuation(state) {
+      said.textContent = "";
+      if (!state.tokens.length) return;
+      var typed = state.text.replace(/\s+$/, ""), tail = typed.length > 70 ? "\u2026" + typed.slice(-70) : typed;
+      said.appendChild(document.createTextNode("The model goes on (its most likely words): " + tail));
+      said.appendChild(el("strong", {text: state.continuationText}));
+    }
+
+    function describe(state, n) {
+      return "Attention weights of layer " + n + " of the story model for the text \u201c" +
+        state.tokens.join(" ") + "\u201d: one heatmap per head, keys left to right, queries top " +
+        "to bottom, colour from 0 (dark purple) to 1 (yellow); grey cells are later keys a query cannot see.";
+    }
+
+    var shownWidth = null, pending = false;
+    function draw() {
+      var state = api.state, n = layer();
+      shownWidth = gd.clientWidth;
+      if (!state.tokens.length) {
+        gd.style.height = "0px";
+        return Plotly.react(gd, [], {height: 10}, PLOT_CONFIG);
+      }
+      var fig = figure(model, state, n, gd.clientWidth || 700, narrow());
+      gd.style.height = fig.layout.height + "px";
+      gd.setAttribute("aria-label", describe(state, n));
+      return Plotly.react(gd, fig.data, fig.layout, PLOT_CONFIG);
+    }
+    function finish() {
+      api.rendered += 1;
+      root.setAttribute("data-rendered", String(api.rendered));
+    }
+    function update() {
+      pending = false;
+      api.state = readText(model, input.value, settings, api.state);
+      showTokens(api.state);
+      showHint(api.state);
+      showContinuation(api.state);
+      writeOn.disabled = !api.state.continuation.length;
+      return Promise.resolve(draw()).then(finish);
+    }
+    function later() {
+      if (pending) return;
+      pending = true;
+      requestAnimationFrame(update);
+    }
+    input.addEventListener("input", later);
+    form.addEventListener("submit", function (event) { event.preventDefault(); update(); });
+    writeOn.addEventListener("click", function () {
+      if (!api.state || !api.state.continuation.length) return;
+      input.value = input.value.replace(/\s+$/, "") + api.state.continuationText;
+      update();
+    });
+    root.querySelectorAll(".mha-lm-example").forEach(function (button) {
+      button.addEventListener("click", function () {
+        input.value = button.getAttribute("data-text");
+        update();
+      });
+    });
+    root.querySelectorAll("input[name=lm-layer]").forEach(function (radio) {
+      radio.addEventListener("change", function () { Promise.resolve(draw()).then(finish); });
+    });
+    // the figure is laid out for its width: draw again when that changes (a window resized or
+    // turned, the theme's sidebars opened or closed, the page's styles arriving after the drawing)
+    var refit = false;
+    function resized() {
+      if (refit || !api.state || Math.abs(gd.clientWidth - shownWidth) <= 4) return;
+      refit = true;
+      requestAnimationFrame(function () {
+        refit = false;
+        if (Math.abs(gd.clientWidth - shownWidth) > 4) Promise.resolve(draw()).then(finish);
+      });
+    }
+    if (window.ResizeObserver) new ResizeObserver(resized).observe(root);
+    window.addEventListener("resize", resized);
+    api.update = update;
+    update();
+    return api;
+  }
+
+  function mountAll() {
+    if (!window.Plotly) return;
+    document.querySelectorAll(".mha-lm[data-model]").forEach(mount);
+  }
+
+  window.mhaLM = {Model: Model, mount: mount, readText: readText};
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", mountAll);
+  else mountAll();
+})();

@@ -1,0 +1,568 @@
+"""A language model you can talk to: the book's Transformer blocks trained on the library's stories.
+
+The model (:class:`StoryLM`), exactly (the in-page forward pass of the website reimplements it
+from this description and :func:`export`):
+
+1. ``x = E[ids]``: token embedding, (B, L) -> (B, L, D); no position embedding.
+2. N pre-LN blocks (:class:`mha_lib.block.TransformerBlock` with ``rope=True``), each::
+
+       h = LayerNorm1(x)                               # eps 1e-5, weight and bias
+       q = h W_q^T + b_q    (B, L, D)    -> H heads of size d = D / H
+       k = h W_k^T + b_k    (B, L, Hkv*d) -> Hkv heads (Hkv = H unless grouped-query)
+       v = h W_v^T + b_v    (B, L, Hkv*d) -> Hkv heads
+       q, k = rotary(q), rotary(k)    # pair (2i, 2i+1) of a head at position p turns by the
+                                      # angle p * 10000**(-2i/d): (a, b) -> (a cos - b sin,
+                                      # a sin + b cos); positions count from 0
+       weights = softmax(q k^T / sqrt(d))  over the keys 0 .. i of query i (causal), query
+                                      # head h reading key/value head h // (H / Hkv)
+       x = x + concat_h(weights_h v_{h // g}) W_o^T + b_o
+       x = x + W_2 relu(W_1 LayerNorm2(x) + b_1) + b_2
+
+   A padded batch (``valid_lens``) lets query i of example b see keys ``0 .. min(i, len_b - 1)``.
+3. ``logits = LayerNorm(x) W_out^T + b_out``: (B, L, D) -> (B, L, V); position i scores the
+   token at i + 1.
+
+Linear weights are stored PyTorch's way, (out_features, in_features). Dropout is 0.
+
+* :class:`Config`, :class:`StoryLM`, :func:`train`, :func:`save`, :func:`load_pretrained`,
+  :func:`main`: the experiment convention (``python -m mha_lib.lm --out PATH`` retrains the
+  shipped weights bit for bit from the seed, on one thread)
+* :meth:`StoryLM.generate`: greedy, temperature and top-k decoding of a batch of prompts of
+  any lengths, with the KV cache (:class:`mha_lib.decoding.KVCache`) or without it
+* :func:`evaluate`, :func:`next_token_losses`: the loss and the accuracy at the linked positions
+* :func:`export`: the model as JSON-able data for the in-page forward pass
+
+Shape legend
+    B   batch size
+    L   sequence length (padded)
+    N   number of layers
+    H   heads per layer (query heads); Hkv key/value heads
+    d   head size, D / H
+    D   d_model
+    V   vocabulary size
+"""
+
+from __future__ import annotations
+
+import base64
+import numbers
+import statistics
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Iterator, Sequence, TextIO
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from mha_lib._checks import as_tensor, check_bool, check_not_meta, check_positive_int, check_size
+from mha_lib._modes import eval_mode
+from mha_lib.block import TransformerBlock
+from mha_lib.decoding import KVCache
+from mha_lib.stories import GENDER, RELATIONS, Story, Tokenizer, sample_stories
+from mha_lib.timing import time_paired
+from mha_lib.training import (
+    TrainResult,
+    check_config,
+    check_config_fields,
+    load_checkpoint,
+    run_main,
+    save_result,
+    train_loop,
+    warmup_cosine,
+)
+
+__all__ = [
+    "Config",
+    "KIND",
+    "PRETRAINED_PATH",
+    "StoryLM",
+    "encode_stories",
+    "evaluate",
+    "export",
+    "held_out_stories",
+    "link_mask",
+    "load_pretrained",
+    "main",
+    "next_token_losses",
+    "save",
+    "tokens_per_second",
+    "train",
+]
+
+KIND = "lm"
+"""The ``kind`` of this experiment's checkpoints."""
+PRETRAINED_PATH = Path(str(resources.files("mha_lib") / "data" / "lm_stories.pt"))
+"""The shipped checkpoint."""
+_HELD_OUT_SEED = 1
+"""Seed of the held-out stories. Training step s of a run with seed c reads
+``sample_stories(batch_size, 2 * (c * 10**6 + s))``: even seeds only, so no odd seed is seen."""
+_STEPS_PER_SEED = 10**6
+_EXPORT_FORMAT = "mha_lib.lm/1"
+
+
+@dataclass(frozen=True)
+class Config:
+    """The model's sizes and its training run (the defaults made the shipped weights).
+
+    Training: AdamW, linear warm-up then cosine decay (:func:`mha_lib.training.warmup_cosine`),
+    a fresh batch of stories every step; the loss and the accuracy at the linked positions of
+    :func:`held_out_stories` are logged every ``eval_every`` steps.
+    """
+
+    vocab_size: int = Tokenizer().vocab_size  # V
+    d_model: int = 64  # D = H * d
+    num_heads: int = 4  # H, per layer
+    num_kv_heads: int = 4  # Hkv; < H gives grouped-query attention
+    num_layers: int = 2  # N
+    d_ff: int = 256  # hidden width of the feed-forward nets
+    seed: int = 2  # among seeds 0-2, the run whose heads are the most specialised (see the report)
+    steps: int = 1500
+    batch_size: int = 16
+    lr: float = 6e-3
+    weight_decay: float = 0.01
+    warmup: int = 100
+    eval_every: int = 100
+    eval_stories: int = 256
+    num_threads: int = 1  # the model is tiny: extra threads mostly wait for each other
+
+    def __post_init__(self) -> None:
+        """Raise a ValueError naming the first field that is out of range (never clamp)."""
+        check_config_fields(self)
+        for name in ("vocab_size", "num_kv_heads", "num_layers", "d_ff", "eval_every", "eval_stories"):
+            check_positive_int(getattr(self, name), f"config.{name}")
+        check_size(self.warmup, "config.warmup")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"config.num_kv_heads ({self.num_kv_heads}) must divide config.num_heads ({self.num_heads})")
+        if (self.d_model // self.num_heads) % 2:
+            raise ValueError(f"config needs an even head size d_model / num_heads for RoPE, got {self.d_model // self.num_heads}")
+        if self.steps >= _STEPS_PER_SEED:
+            raise ValueError(f"config.steps must be < {_STEPS_PER_SEED} (the seeds of the batches), got {self.steps}")
+
+
+class StoryLM(nn.Module):
+    """Decoder-only language model: embedding, N pre-LN rotary blocks, LayerNorm, output layer.
+
+    See the module docstring for the exact computation.
+
+    Shapes:
+        ids: (B, L) integers in [0, V); padded batches are padded on the right
+        valid_lens: None or (B,), the number of real tokens of each row (1 .. L)
+        head_mask: None or (N, H) gates (1 keeps a head, 0 removes it)
+        logits: (B, L, V); weights: (B, N, H, L, L)
+
+    Args:
+        config: the sizes (:class:`Config`).
+    """
+
+    def __init__(self, config: Config = Config()) -> None:
+        super().__init__()
+        self.config = check_config(config, Config)
+        D = config.d_model
+        self.token_embedding = nn.Embedding(config.vocab_size, D)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(D, config.num_heads, config.d_ff, 0.0, norm_first=True,
+                             num_kv_heads=config.num_kv_heads, rope=True)
+            for _ in range(config.num_layers)
+        )
+        self.norm = nn.LayerNorm(D)
+        self.unembedding = nn.Linear(D, config.vocab_size)
+
+    def forward(
+        self, ids: Tensor, valid_lens: Tensor | Sequence[int] | None = None, *,
+        need_weights: bool = False, head_mask: Tensor | None = None,
+        cache: KVCache | None = None, positions: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Next-token scores at every position.
+
+        Args:
+            ids, valid_lens, head_mask: see the shapes.
+            need_weights: also return every head's attention weights.
+            cache: a :class:`~mha_lib.decoding.KVCache` of N layers: ``ids`` are new positions
+                that attend to the cached ones (used by :meth:`generate`).
+            positions: with a cache, the (B, L) positions of the new tokens (default: right
+                after the cached ones).
+
+        Returns:
+            logits (B, L, V), or ``(logits, weights)``.
+
+        Raises:
+            ValueError: ids not a (B, L) integer tensor in [0, V), valid lengths out of
+                [1, L], a head_mask that is not (N, H), valid_lens together with a cache.
+        """
+        ids = self._check_ids(ids, "ids")
+        check_bool(need_weights, "need_weights")
+        cfg = self.config
+        B, L = ids.shape
+        gates = None
+        if head_mask is not None:
+            gates = as_tensor(head_mask, "head_mask", "a tensor of gates (N, H)")
+            if gates.dtype == torch.bool or gates.is_complex() or gates.shape != (cfg.num_layers, cfg.num_heads):
+                raise ValueError(f"head_mask must have shape (N, H) = ({cfg.num_layers}, {cfg.num_heads}) and real "
+                                 f"gates, got {gates.dtype} of shape {tuple(gates.shape)}")
+        if cache is None:
+            lens = torch.arange(1, L + 1).expand(B, L)  # (B, L): causal, query i sees keys 0..i
+            if valid_lens is not None:
+                valid = _check_lens(valid_lens, B, L)
+                lens = torch.minimum(lens, valid[:, None])  # (B, L): and no padded key
+        elif valid_lens is not None:
+            raise ValueError("valid_lens cannot be combined with cache: give the positions instead")
+        else:
+            if not isinstance(cache, KVCache) or len(cache.layers) != cfg.num_layers:
+                raise ValueError(f"cache must be a KVCache of num_layers = {cfg.num_layers} layers, got {cache!r}")
+            lens = None
+        x = self.token_embedding(ids)  # (B, L) -> (B, L, D)
+        weights = []
+        for n, block in enumerate(self.blocks):
+            x = block(x, lens, head_mask=None if gates is None else gates[n],
+                      cache=None if cache is None else cache[n], positions=positions,
+                      need_weights=need_weights)
+            if need_weights:
+                x, w = x  # w: (B, H, L, L)
+                weights.append(w)
+        logits = self.unembedding(self.norm(x))  # (B, L, D) -> (B, L, V)
+        if need_weights:
+            return logits, torch.stack(weights, dim=1)  # N x (B, H, L, L) -> (B, N, H, L, L)
+        return logits
+
+    def _check_ids(self, ids: object, name: str) -> Tensor:
+        V = self.config.vocab_size
+        if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.is_floating_point() or ids.is_complex() \
+                or ids.dtype == torch.bool or 0 in ids.shape:
+            got = f"{ids.dtype} of shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
+            raise ValueError(f"{name} must be a non-empty integer tensor of shape (B, L), got {got}")
+        check_not_meta(ids, name)
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= V:
+            raise ValueError(f"{name} must hold token ids in [0, {V}), got values in [{low}, {high}]")
+        return ids.long()
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float = 0.0,
+        top_k: int | None = None, use_cache: bool = True, seed: int | None = None, *,
+        head_mask: Tensor | None = None,
+    ) -> list[list[int]]:
+        """Continue each prompt by ``max_new_tokens`` tokens, all prompts as one batch.
+
+        The prompts are padded on the right to the longest. With the cache, one call reads
+        the padded prompts, then every step feeds one token per prompt at its own position
+        (``len(prompt) + t``): its keys and values overwrite the prompt's padding, and the
+        causal rule hides the slots not written yet. Without the cache, every step runs the
+        whole padded sequences again with their valid lengths. Greedy decoding gives the same
+        tokens either way, and the same as decoding each prompt alone.
+
+        Args:
+            prompts: lists of token ids (each non-empty, any lengths).
+            max_new_tokens: how many tokens to add to each prompt (>= 0).
+            temperature: 0 decodes greedily (the most likely token); > 0 samples from
+                ``softmax(logits / temperature)``.
+            top_k: sample only among the k most likely tokens (None: all).
+            use_cache: decode with the KV cache.
+            seed: seed of the sampling generator (None: torch's global generator).
+            head_mask: (N, H) gates, as in :meth:`forward`, at every step.
+
+        Returns:
+            the new tokens of each prompt, ``max_new_tokens`` each.
+        """
+        prompts = self._check_prompts(prompts)
+        steps = check_size(max_new_tokens, "max_new_tokens")
+        temperature = _check_temperature(temperature)
+        if top_k is not None:
+            top_k = min(check_positive_int(top_k, "top_k"), self.config.vocab_size)
+        check_bool(use_cache, "use_cache")
+        generator = None if seed is None else torch.Generator().manual_seed(check_size(seed, "seed"))
+        B = len(prompts)
+        lens = torch.tensor([len(p) for p in prompts])  # (B,)
+        ids = torch.full((B, int(lens.max())), Tokenizer.pad_id, dtype=torch.long)  # (B, P)
+        for b, prompt in enumerate(prompts):
+            ids[b, : len(prompt)] = torch.tensor(prompt)
+        new = []
+        rows = torch.arange(B)
+        with eval_mode(self):
+            cache = KVCache(self.config.num_layers) if use_cache else None
+            for t in range(steps):
+                if t == 0 or not use_cache:
+                    logits = (self(ids, cache=cache, head_mask=head_mask) if use_cache
+                              else self(ids, lens + t, head_mask=head_mask))
+                    logits = logits[rows, lens + t - 1]  # (B, V): each row's last real position
+                else:
+                    positions = (lens + t - 1)[:, None]  # (B, 1): where the previous token sits
+                    logits = self(new[-1][:, None], cache=cache, positions=positions,
+                                  head_mask=head_mask)[:, 0]  # (B, V)
+                token = _pick(logits, temperature, top_k, generator)  # (B,)
+                new.append(token)
+                if not use_cache:
+                    ids = torch.cat([ids, ids.new_full((B, 1), Tokenizer.pad_id)], dim=1)  # (B, P + t + 1)
+                    ids[rows, lens + t] = token
+        return torch.stack(new, dim=1).tolist() if new else [[] for _ in prompts]
+
+    def _check_prompts(self, prompts: object) -> list[list[int]]:
+        V = self.config.vocab_size
+        ok = isinstance(prompts, Sequence) and not isinstance(prompts, (str, bytes)) and len(prompts) > 0
+        if ok:
+            prompts = [list(p) if isinstance(p, Sequence) and not isinstance(p, (str, bytes)) else None for p in prompts]
+            ok = all(p and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < V for i in p)
+                     for p in prompts)
+        if not ok:
+            raise ValueError(f"prompts must be a non-empty list of non-empty lists of token ids in [0, {V}), got {prompts!r:.100}")
+        return [[int(i) for i in p] for p in prompts]
+
+
+def _check_lens(valid_lens: object, B: int, L: int) -> Tensor:
+    lens = as_tensor(valid_lens, "valid_lens", f"(B,) = ({B},) integers in [1, L = {L}]")
+    if lens.shape != (B,) or lens.is_floating_point() or lens.dtype == torch.bool \
+            or (B and (int(lens.min()) < 1 or int(lens.max()) > L)):
+        raise ValueError(f"valid_lens must be (B,) = ({B},) integers in [1, L = {L}], got {valid_lens!r:.80}")
+    return lens.long()
+
+
+def _check_temperature(temperature: object) -> float:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not 0 <= temperature < float("inf"):
+        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    return float(temperature)
+
+
+def _pick(logits: Tensor, temperature: float, top_k: int | None, generator) -> Tensor:
+    """The next token of each row of ``logits`` (B, V): argmax, or a sample."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)  # (B,)
+    scores = logits / temperature
+    if top_k is not None:
+        kth = scores.topk(top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest score
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]  # (B, 1) -> (B,)
+
+
+def tokens_per_second(model: StoryLM, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
+                      repeats: int = 5) -> dict[str, float]:
+    """Greedy decoding speed with and without the KV cache, timed in turns (paired).
+
+    Returns:
+        ``{"cache": ..., "no cache": ...}``: new tokens (all prompts together) per second, the
+        median over ``repeats`` paired repetitions (:func:`mha_lib.timing.time_paired`).
+    """
+    steps = check_positive_int(max_new_tokens, "max_new_tokens")
+    runs = {name: (lambda c=cache: model.generate(prompts, steps, use_cache=c))
+            for name, cache in (("cache", True), ("no cache", False))}
+    times = time_paired(runs, repeats=check_positive_int(repeats, "repeats"), min_time=0.2, blocks=1)
+    return {name: len(prompts) * steps / statistics.median(seconds) for name, seconds in times.items()}
+
+
+# --- measuring on stories -------------------------------------------------------------------------
+
+def held_out_stories(n: int = 500) -> list[Story]:
+    """Stories from seed 1 (odd: training reads even seeds only), never trained on: every number is measured on these."""
+    return sample_stories(n, _HELD_OUT_SEED)
+
+
+def encode_stories(tokenizer: Tokenizer, stories: Sequence[Story]) -> tuple[Tensor, Tensor]:
+    """The stories' token ids padded on the right, and their lengths.
+
+    Returns:
+        ids (B, L) long (``tokenizer.pad_id`` after each story) and valid_lens (B,) long.
+    """
+    if not isinstance(tokenizer, Tokenizer):
+        raise ValueError(f"tokenizer must be a mha_lib.stories.Tokenizer, got {type(tokenizer).__name__}")
+    if isinstance(stories, Story) or not isinstance(stories, Sequence) or not stories \
+            or not all(isinstance(s, Story) for s in stories):
+        raise ValueError(f"stories must be a non-empty list of Story, got {type(stories).__name__}")
+    encoded = [tokenizer.encode(s.text) for s in stories]
+    lens = torch.tensor([len(e) for e in encoded])  # (B,)
+    ids = torch.full((len(encoded), int(lens.max())), tokenizer.pad_id, dtype=torch.long)  # (B, L)
+    for b, e in enumerate(encoded):
+        ids[b, : len(e)] = torch.tensor(e)
+    return ids, lens
+
+
+@torch.no_grad()
+def next_token_losses(model: StoryLM, ids: Tensor, valid_lens: Tensor, head_mask: Tensor | None = None) -> Tensor:
+    """Cross-entropy of every token given the tokens before it (eval mode).
+
+    Shapes:
+        ids: (B, L); valid_lens: (B,); head_mask: None or (N, H)
+        returns: (B, L) float, entry ``[b, i]`` the loss of token i (nats); NaN at i = 0 and
+        at padding, where nothing is predicted.
+    """
+    with eval_mode(model):
+        logits = model(ids, valid_lens, head_mask=head_mask)  # (B, L, V)
+    losses = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
+    # (B, V, L-1) vs (B, L-1) -> (B, L-1): entry i-1 is the loss of token i
+    out = torch.cat([losses.new_full((ids.shape[0], 1), float("nan")), losses], dim=1)  # (B, L)
+    padding = torch.arange(ids.shape[1]) >= torch.as_tensor(valid_lens)[:, None]  # (B, L)
+    return out.masked_fill(padding, float("nan"))
+
+
+def link_mask(stories: Sequence[Story], relation: str, shape: tuple[int, int]) -> Tensor:
+    """(B, L) bool: True at the tokens ``i`` of the stories' links of ``relation``."""
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    mask = torch.zeros(shape, dtype=torch.bool)
+    for b, story in enumerate(stories):
+        for i, _ in story.links[relation]:
+            mask[b, i] = True
+    return mask
+
+
+@torch.no_grad()
+def evaluate(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | None = None) -> dict[str, float]:
+    """Mean loss (nats per predicted token) and, per relation, the accuracy at its linked tokens.
+
+    Returns:
+        ``{"loss": ..., "antecedent": ..., "recall": ..., "possession": ...}``: the accuracy is
+        the fraction of linked tokens ``i`` that are the model's most likely token after ``0 .. i-1``.
+    """
+    ids, lens = encode_stories(Tokenizer(), stories)
+    with eval_mode(model):
+        logits = model(ids, lens, head_mask=head_mask)  # (B, L, V)
+    losses = next_token_losses(model, ids, lens, head_mask)  # (B, L)
+    right = torch.zeros_like(ids, dtype=torch.bool)
+    right[:, 1:] = logits[:, :-1].argmax(-1) == ids[:, 1:]  # (B, L): token i predicted from i-1
+    result = {"loss": float(losses.nanmean())}
+    for relation in RELATIONS:
+        mask = link_mask(stories, relation, tuple(ids.shape))
+        result[relation] = float(right[mask].float().mean()) if mask.any() else float("nan")
+    return result
+
+
+# --- the experiment -------------------------------------------------------------------------------
+
+def _batches(config: Config, tokenizer: Tokenizer) -> Iterator[tuple[Tensor, Tensor]]:
+    """Endless training batches ``(ids (B, L), valid_lens (B,))`` from even seeds only."""
+    for step in range(config.steps + 1):
+        yield encode_stories(tokenizer, sample_stories(config.batch_size, 2 * (config.seed * _STEPS_PER_SEED + step)))
+
+
+def _batch_loss(model: StoryLM, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """Next-token cross-entropy over the real tokens (padding predicts nothing)."""
+    ids, lens = batch
+    logits = model(ids, lens)  # (B, L, V)
+    targets = ids[:, 1:].masked_fill(torch.arange(1, ids.shape[1]) >= lens[:, None], -100)  # (B, L-1)
+    return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100)
+
+
+def _held_out_metrics(model: StoryLM, stories: Sequence[Story]) -> dict[str, float]:
+    """:func:`evaluate`, its loss renamed ``held_out_loss`` (the progress bar also shows the training loss)."""
+    return {("held_out_loss" if name == "loss" else name): value for name, value in evaluate(model, stories).items()}
+
+
+def train(config: Config = Config(), *, progress: bool | TextIO = True) -> TrainResult:
+    """Train a fresh model from ``config.seed`` on one CPU thread; the same config gives the same weights.
+
+    Returns:
+        A :class:`~mha_lib.training.TrainResult` (model in eval mode); ``history`` holds
+        ``train_loss`` (every step), ``eval_steps``, ``eval_held_out_loss`` and ``eval_<relation>`` (the
+        accuracies of :func:`evaluate` on held-out stories), ``cpu_seconds``,
+        ``torch_version`` and ``vocab`` (the tokenizer's, which :func:`load_pretrained` rebuilds).
+    """
+    config = check_config(config, Config)
+    tokenizer = Tokenizer()
+    if config.vocab_size != tokenizer.vocab_size:
+        raise ValueError(f"config.vocab_size must be the tokenizer's {tokenizer.vocab_size}, got {config.vocab_size}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)  # the initialisation, without touching the caller's state
+        model = StoryLM(config)
+    held_out = held_out_stories(config.eval_stories)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    history = train_loop(
+        model, _batch_loss, _batches(config, tokenizer), optimizer, steps=config.steps,
+        schedule=lambda step: warmup_cosine(step, warmup=config.warmup, steps=config.steps),
+        evaluate=lambda m: _held_out_metrics(m, held_out), eval_every=config.eval_every,
+        num_threads=config.num_threads, progress=progress,
+    )
+    history["vocab"] = list(tokenizer.vocab)
+    return TrainResult(model, config, history)
+
+
+def save(result: TrainResult, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Save a :func:`train` result as a checkpoint of kind ``"lm"`` (refuses to overwrite an
+    existing file unless ``overwrite``); returns the path."""
+    return save_result(result, path, kind=KIND, model_class=StoryLM, overwrite=overwrite)
+
+
+def load_pretrained(path: str | Path | None = None) -> tuple[StoryLM, Tokenizer]:
+    """The shipped model (or the checkpoint at ``path``) in eval mode, and its tokenizer. Offline.
+
+    The training record is ``load_checkpoint(PRETRAINED_PATH, kind=KIND)["extra"]``.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file is not a checkpoint of this experiment.
+    """
+    path = PRETRAINED_PATH if path is None else path
+    ckpt = load_checkpoint(path, kind=KIND)
+    try:
+        config = Config(**ckpt["config"])
+        tokenizer = Tokenizer(ckpt["extra"]["vocab"])
+        model = StoryLM(config)
+        model.load_state_dict(ckpt["state_dict"])
+    except (TypeError, KeyError, RuntimeError) as err:
+        raise ValueError(f"{str(path)!r} does not hold a StoryLM and its vocabulary: {err}") from None
+    return model.eval(), tokenizer
+
+
+def _summary(result: TrainResult) -> str:
+    scores = evaluate(result.model, held_out_stories())
+    return f"trained in {result.history['cpu_seconds']:.1f} s of CPU time; held-out " + ", ".join(
+        f"{name} {value:.3f}" for name, value in scores.items())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m mha_lib.lm --out PATH [--seed S] [--steps N] [--overwrite]``."""
+    return run_main(
+        argv, name="lm", config=Config(), train=train, save=save, summary=_summary,
+        description="Train the story language model (the default Config reproduces the shipped "
+        f"{PRETRAINED_PATH.name}) and save it.",
+    )
+
+
+# --- the model in a web page ----------------------------------------------------------------------
+
+def export(model: StoryLM, tokenizer: Tokenizer) -> dict:
+    """The model and its tokenizer as JSON-able data, for a forward pass outside PyTorch.
+
+    Returns:
+        ``{"format": "mha_lib.lm/1", "config": {...}, "tokenizer": {...}, "weights": {...}}``:
+        ``config`` holds ``vocab_size, d_model, num_heads, num_kv_heads, num_layers, d_ff,
+        layer_norm_eps, rope_base``; ``tokenizer`` holds ``vocab`` (id -> token), ``pad_id``,
+        ``unk_id``, ``pattern`` (the regular expression that finds tokens in lower-cased
+        text, straight quotes for curly ones; a match ending in ``'s`` splits off ``'s``) and
+        ``names`` (tokens written with a capital); ``weights`` maps every ``state_dict`` name
+        to ``{"shape": [...], "data": base64 of little-endian float32, row-major}``.
+    """
+    if not isinstance(model, StoryLM):
+        raise ValueError(f"model must be a StoryLM, got {type(model).__name__}")
+    if not isinstance(tokenizer, Tokenizer) or tokenizer.vocab_size != model.config.vocab_size:
+        raise ValueError(f"tokenizer must be a Tokenizer of vocab_size {model.config.vocab_size}, got {tokenizer!r}")
+    cfg = model.config
+    config = {name: getattr(cfg, name) for name in ("vocab_size", "d_model", "num_heads", "num_kv_heads", "num_layers", "d_ff")}
+    config.update(layer_norm_eps=model.norm.eps, rope_base=10000.0)
+    weights = {}
+    for name, tensor in model.state_dict().items():
+        data = tensor.detach().cpu().float().contiguous().numpy().astype("<f4").tobytes()
+        weights[name] = {"shape": list(tensor.shape), "data": base64.b64encode(data).decode("ascii")}
+    return {
+        "format": _EXPORT_FORMAT, "config": config, "weights": weights,
+        "tokenizer": {"vocab": list(tokenizer.vocab), "pad_id": tokenizer.pad_id, "unk_id": tokenizer.unk_id,
+                      "pattern": Tokenizer.pattern, "names": sorted(GENDER)},
+    }
+
+
+def _from_export(data: dict) -> tuple[StoryLM, Tokenizer]:
+    """The inverse of :func:`export` (tests check the round trip)."""
+    if not isinstance(data, dict) or data.get("format") != _EXPORT_FORMAT:
+        raise ValueError(f"data must be a dict of format {_EXPORT_FORMAT!r} (from export), got {str(data)[:80]}")
+    sizes = {k: v for k, v in data["config"].items() if k not in ("layer_norm_eps", "rope_base")}
+    model = StoryLM(Config(**sizes))
+    state = {name: torch.from_numpy(np.frombuffer(base64.b64decode(w["data"]), dtype="<f4").copy()).reshape(w["shape"])
+             for name, w in data["weights"].items()}
+    model.load_state_dict(state)
+    return model.eval(), Tokenizer(data["tokenizer"]["vocab"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

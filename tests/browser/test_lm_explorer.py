@@ -1,0 +1,364 @@
+"""The story language model running in a web page equals PyTorch, typed into from the keyboard.
+
+The explorer of :func:`mha_lib.viz.text_explorer_html` runs the exported model in JavaScript
+(``_static/mha-lm.js``). A small standalone page is written here (the fragment, plotly.js and
+the book's scripts from ``_static``, nothing else) so the test needs no book build; when the
+built website holds chapter 12, its real page is tested too (the same equality, offline, and
+what the explorer adds to the page's weight). The test types sentences (known words, unknown
+words, punctuation, a text longer than the explorer reads) and compares every layer's and
+head's weights, read from the page's plotly traces, with PyTorch's
+(``StoryLM(ids, need_weights=True)``) to 1e-4, the greedy continuation with
+``StoryLM.generate``'s and the words offered for unknown ones, all as the live explorer reads
+them (``mha_lib.viz.text_explorer._read``, which ``tests/viz/test_text_explorer.py`` checks
+against the model itself): at 1366 x 900 and 390 x 844, keyboard only, no request leaving the
+loopback server, no console error, axe-core clean. A grouped-query model checks the key/value
+head sharing of the page's forward pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import SITE_DIR, VIEWPORTS, _QuietHandler
+from mha_lib import lm
+from mha_lib.book.sphinx_ext import FIGURES_JS, LM_JS, PLOTLY_JS, STATIC
+from mha_lib.stories import GENDER as NAMES
+from mha_lib.stories import Tokenizer, sample_stories
+from mha_lib.viz import text_explorer_html
+from mha_lib.viz.text_explorer import _DEFAULT_TEXT, _EXAMPLES, _read, _Reading
+
+CHAPTER = "chapters/12_language_model.html"
+MAX_PAGE_BYTES = 3_000_000  # a first visit, uncompressed (as tests/browser/test_site.py)
+EXPLORER_BYTES = 800_000  # what the explorer adds to its page: the model (0.72 MB) and its script
+ATOL = 1e-4
+LONG = " ".join(s.text for s in sample_stories(3, 11))  # more tokens than the explorer reads
+SENTENCES = [
+    "Mia has a red kite. Leo helps Mia because she",  # known words
+    "The dragon eats a pizza because he",  # unknown words
+    "Wow! Mia\u2019s kite, Leo's ball... and 42 cats?",  # punctuation, a curly 's, a number
+    LONG,
+]
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<script src="_static/plotly.js"></script><script src="_static/{figures}"></script>
+<script src="_static/{lm_js}"></script>
+<style>body {{ font-family: sans-serif; margin: 0 auto; max-width: 52rem; padding: 0 1rem; }}</style>
+</head><body><main><h1>{title}</h1>
+{fragment}
+</main></body></html>
+"""
+
+
+def _gqa_model() -> lm.StoryLM:
+    torch.manual_seed(3)  # untrained: the page must get any weights right
+    return lm.StoryLM(lm.Config(num_kv_heads=2, num_layers=3)).eval()
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return lm.load_pretrained()
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory, shipped) -> Path:
+    """A folder with index.html (the shipped model), gqa.html (a grouped-query model) and,
+    when the website is built, ``site`` (a link to it)."""
+    folder = tmp_path_factory.mktemp("lm-page")
+    static = folder / "_static"
+    static.mkdir()
+    shutil.copy(STATIC / PLOTLY_JS, static / "plotly.js")
+    for name in (FIGURES_JS, LM_JS):
+        shutil.copy(STATIC / name, static / name)
+    for name, (model, tokenizer) in {"index.html": shipped, "gqa.html": (_gqa_model(), Tokenizer())}.items():
+        (folder / name).write_text(_PAGE.format(
+            title="The story model in a page", figures=FIGURES_JS, lm_js=LM_JS,
+            fragment=text_explorer_html(model, tokenizer)), encoding="utf-8")
+    if (SITE_DIR / CHAPTER).exists():
+        (folder / "site").symlink_to(SITE_DIR.resolve(), target_is_directory=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def site_url(pages):  # overrides conftest's: open_context then serves these pages
+    handler = functools.partial(_QuietHandler, directory=str(pages))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+def _expected(model: lm.StoryLM, tokenizer: Tokenizer, text: str) -> _Reading:
+    """What PyTorch makes of ``text`` (the live explorer's reading, which tests/viz checks
+    against the model): tokens, (N, H, L, L) weights, continuation, unknown words."""
+    return _read(model, tokenizer, text)
+
+
+# What the page shows: every heatmap trace (meta, visibility, z, its axes' tick labels), the
+# state of the explorer, the continuation and the marked tokens.
+_READ_JS = """
+() => {
+  const root = document.getElementById("mha-lm"), gd = document.getElementById("mha-lm-figure");
+  const state = root.mhaLM.state, layout = gd.layout;
+  return {
+    traces: gd.data.filter((t) => t.type === "heatmap").map((t) => ({
+      meta: t.meta, visible: t.visible, z: t.z,
+      x: layout["xaxis" + t.xaxis.slice(1)].ticktext, y: layout["yaxis" + t.yaxis.slice(1)].ticktext,
+      ticks: layout["xaxis" + t.xaxis.slice(1)].tickvals})),
+    titles: (layout.annotations || []).map((a) => a.text),
+    layer: Number(root.querySelector("input[name=lm-layer]:checked").value),
+    tokens: state.tokens, continuation: state.continuation,
+    added: root.querySelector(".mha-lm-continuation strong").textContent,
+    marked: [...root.querySelectorAll(".mha-lm-unk")].map((e) => e.firstChild.textContent),
+    hint: root.querySelector(".mha-lm-hint").textContent,
+    suggestions: [...root.querySelectorAll(".mha-lm-suggestion")].map((b) => b.textContent),
+  };
+}
+"""
+
+
+def _open(open_context, site_url, viewport: str = "desktop", path: str = "index.html"):
+    page = open_context(viewport)
+    response = page.goto(site_url + path, wait_until="load")
+    assert response is not None and response.ok
+    page.wait_for_function("() => Number(document.getElementById('mha-lm').dataset.rendered) >= 1")
+    return page
+
+
+def _rendered(page) -> int:
+    return page.evaluate("() => Number(document.getElementById('mha-lm').dataset.rendered || 0)")
+
+
+def _await_render(page, before: int, text: str | None = None) -> None:
+    """Wait until the explorer drew again (and read ``text``, when given)."""
+    page.wait_for_function(
+        """([before, text]) => {
+          const root = document.getElementById("mha-lm");
+          return Number(root.dataset.rendered) > before && (text === null || root.mhaLM.state.text === text);
+        }""", arg=[before, text])
+
+
+def _tab_to(page, selector: str, key: str = "Tab", limit: int = 60) -> int:
+    """Press ``key`` until the focused element matches ``selector``; returns the presses."""
+    for presses in range(1, limit + 1):
+        page.keyboard.press(key)
+        if page.evaluate("(s) => document.activeElement && document.activeElement.matches(s)", selector):
+            return presses
+    raise AssertionError(f"{selector} not reached with {limit} x {key}")
+
+
+def _type(page, text: str) -> None:
+    """Replace the text box's content from the keyboard, press Enter, wait for the drawing."""
+    assert page.evaluate("() => document.activeElement.id") == "lm-input"
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Backspace")
+    if len(text) > 80:
+        page.keyboard.insert_text(text)  # a paste: one input event for the long text
+    else:
+        page.keyboard.type(text)
+    before = _rendered(page)
+    page.keyboard.press("Enter")
+    _await_render(page, before, text)
+
+
+def _compare(shown: dict, expected: _Reading, layer: int | None = 0) -> float:
+    """Assert the page shows PyTorch's weights and continuation, the heads of ``layer`` (None:
+    the layer the page offers first); returns the largest |difference|."""
+    layer = shown["layer"] if layer is None else layer
+    assert shown["layer"] == layer
+    weights = expected.weights
+    N, H, L, _ = weights.shape
+    assert shown["tokens"] == expected.tokens
+    assert [t["meta"] for t in shown["traces"]] == [{"layer": n, "head": h} for n in range(N) for h in range(H)]
+    worst = 0.0
+    for trace in shown["traces"]:
+        n, h = trace["meta"]["layer"], trace["meta"]["head"]
+        assert trace["visible"] is (n == layer)
+        z = np.array([[np.nan if w is None else w for w in row] for row in trace["z"]], dtype=float)
+        assert z.shape == (L, L)
+        future = np.triu(np.ones((L, L), dtype=bool), k=1)
+        assert np.isnan(z[future]).all() and not np.isnan(z[~future]).any()
+        worst = max(worst, float(np.abs(z[~future] - weights[n, h][~future]).max()))
+        # the tick labels are the tokens; on small panels every step-th one (short texts: all)
+        ticks = trace["ticks"]
+        step = ticks[1] - ticks[0] if len(ticks) > 1 else 1
+        assert ticks == list(range(0, L, step)) and (step == 1 or L > 12)
+        assert trace["x"] == trace["y"] == [expected.tokens[i] for i in ticks]
+    assert worst <= ATOL, f"page and PyTorch differ by {worst}"
+    assert shown["continuation"] == expected.continuation
+    assert shown["added"] == expected.continuation_text
+    unknown = [u[0] for u in expected.unknown]
+    assert shown["marked"] == [t for t in expected.tokens if t in unknown]
+    assert shown["suggestions"] == [w.capitalize() if w in NAMES else w for u in expected.unknown for w in u[2]]
+    assert shown["titles"] == [f"layer {layer}, head {h}" for h in range(H)]
+    return worst
+
+
+def _clean(page) -> None:
+    assert page.external_requests == [], f"asked the network for {page.external_requests}"
+    assert page.console_errors == []
+
+
+def _no_sideways_scroll(page, viewport: str) -> None:
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= VIEWPORTS[viewport]["width"] + 1, f"page is {width} px wide at {viewport}"
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_the_page_computes_what_pytorch_computes(open_context, site_url, shipped, screenshot_dir, viewport):
+    page = _open(open_context, site_url, viewport)
+    model, tokenizer = shipped
+    worst = _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, _DEFAULT_TEXT))
+    assert _tab_to(page, "#lm-input") == 1  # the first stop on the page
+    for text in SENTENCES:
+        _type(page, text)
+        shown = page.evaluate(_READ_JS)
+        worst = max(worst, _compare(shown, _expected(model, tokenizer, text)))
+        _no_sideways_scroll(page, viewport)
+        if "dragon" in text:
+            assert "does not know \u201cdragon\u201d, \u201cpizza\u201d" in shown["hint"]
+            assert len(shown["suggestions"]) == 6
+            page.screenshot(path=str(screenshot_dir / f"lm-explorer-{viewport}.png"), full_page=True)
+    print(f"\nmax |page - PyTorch| over {len(SENTENCES) + 1} texts at {viewport}: {worst:.2e}")
+    _clean(page)
+
+
+@pytest.mark.browser
+def test_grouped_query_heads_share_their_keys_in_the_page(open_context, site_url):
+    page = _open(open_context, site_url, path="gqa.html")
+    model, tokenizer = _gqa_model(), Tokenizer()
+    _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, _DEFAULT_TEXT))
+    page.locator("#lm-input").focus()
+    for text in SENTENCES[1:3]:
+        _type(page, text)
+        _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, text))
+    _clean(page)
+
+
+@pytest.mark.browser
+def test_examples_suggestions_layers_and_write_on_from_the_keyboard(open_context, site_url, shipped):
+    page = _open(open_context, site_url)
+    model, tokenizer = shipped
+    # the examples: Tab from the text box, Enter on "unknown words"
+    _tab_to(page, "#lm-input")
+    label, example = _EXAMPLES[-1]
+    _tab_to(page, f".mha-lm-example[data-text='{example}']")
+    before = _rendered(page)
+    page.keyboard.press("Enter")
+    _await_render(page, before, example)
+    shown = page.evaluate(_READ_JS)
+    expected = _expected(model, tokenizer, example)
+    _compare(shown, expected)
+    unknown = [u[0] for u in expected.unknown]
+    assert shown["marked"] == unknown and unknown
+    # a suggested word: back (Shift+Tab) to one offered for the first unknown word, Enter puts it in
+    _tab_to(page, f".mha-lm-suggestion[aria-label^='replace {unknown[0]} by ']", key="Shift+Tab")
+    word = page.evaluate("() => document.activeElement.textContent")
+    before = _rendered(page)
+    page.keyboard.press("Enter")
+    fixed = example.replace(unknown[0], word)
+    _await_render(page, before, fixed)
+    assert page.evaluate("() => document.activeElement.id") == "lm-input"  # back to typing
+    shown = page.evaluate(_READ_JS)
+    _compare(shown, _expected(model, tokenizer, fixed))
+    assert shown["marked"] == unknown[1:]
+    # the layer: Tab to the radio group, an arrow key chooses layer 1
+    _tab_to(page, "input[name=lm-layer]")
+    before = _rendered(page)
+    page.keyboard.press("ArrowRight")
+    _await_render(page, before)
+    _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, fixed), layer=1)
+    # write on: the continuation joins the text, and the model reads on from there
+    _tab_to(page, ".mha-lm-write-on", key="Shift+Tab")
+    added = page.evaluate(_READ_JS)["added"]
+    before = _rendered(page)
+    page.keyboard.press("Enter")
+    _await_render(page, before, fixed + added)
+    _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, fixed + added), layer=1)
+    _clean(page)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_axe_finds_nothing_serious(open_context, site_url, viewport):
+    from axe_playwright_python.sync_playwright import Axe
+
+    page = _open(open_context, site_url, viewport)
+    page.locator("#lm-input").focus()
+    _type(page, "The dragon eats a pizza because he")  # the hint and its buttons too
+    page.locator("details summary").press("Enter")  # the known words, shown
+    results = Axe().run(page, context={"exclude": [[".js-plotly-plot"]]})
+    serious = [f"{v['id']} ({v['impact']}): {v['nodes'][0]['target']}"
+               for v in results.response["violations"] if v["impact"] in ("critical", "serious")]
+    assert serious == []
+    _clean(page)
+
+
+@pytest.mark.browser
+def test_the_page_works_from_a_file_without_any_server(browser, pages, shipped):
+    context = browser.new_context(viewport=VIEWPORTS["desktop"])
+    try:
+        page = context.new_page()
+        requests, errors = [], []
+        page.on("request", lambda r: r.url.startswith("file://") or requests.append(r.url))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto((pages / "index.html").as_uri(), wait_until="load")
+        page.wait_for_function("() => Number(document.getElementById('mha-lm').dataset.rendered) >= 1")
+        _compare(page.evaluate(_READ_JS), _expected(*shipped, _DEFAULT_TEXT))
+        assert requests == [] and errors == []
+    finally:
+        context.close()
+
+
+def _cold_weight(page) -> int:
+    page.wait_for_load_state("networkidle")
+    return sum(page.bytes_received.values())
+
+
+@pytest.mark.browser
+def test_the_standalone_page_is_light(open_context, site_url):
+    page = _open(open_context, site_url)
+    transferred = _cold_weight(page)
+    print(f"\nstandalone explorer page, first visit: {transferred} bytes "
+          f"({sorted(page.bytes_received.items(), key=lambda kv: -kv[1])[:3]})")
+    assert transferred <= MAX_PAGE_BYTES
+    _clean(page)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_the_chapter_page(open_context, site_url, pages, shipped, screenshot_dir, viewport):
+    if not (pages / "site").exists():
+        pytest.skip(f"the website has no {CHAPTER}: build the book first")
+    page = _open(open_context, site_url, viewport, path="site/" + CHAPTER)
+    transferred = _cold_weight(page)
+    html = (pages / "site" / CHAPTER).read_text(encoding="utf-8")
+    start = html.index('<div class="mha-lm"')
+    fragment = len(html[start:html.index("</script>", start)].encode())
+    script = sum(size for url, size in page.bytes_received.items() if "/mha-lm.js" in url)
+    print(f"\n{CHAPTER} at {viewport}, first visit: {transferred} bytes, of which the explorer "
+          f"{fragment + script} (its HTML and model {fragment}, mha-lm.js {script})")
+    assert fragment + script <= EXPLORER_BYTES  # the page's total is tests/browser/test_site.py's
+    scripts = page.evaluate("() => [...document.scripts].filter((s) => s.src && new URL(s.src).pathname.endsWith('/mha-lm.js'))"
+                            ".map((s) => s.src)")
+    assert len(scripts) == 1
+    page.locator("#lm-input").focus()
+    _type(page, SENTENCES[1])
+    _compare(page.evaluate(_READ_JS), _expected(*shipped, SENTENCES[1]), layer=None)
+    _no_sideways_scroll(page, viewport)
+    page.locator("#mha-lm").scroll_into_view_if_needed()
+    page.screenshot(path=str(screenshot_dir / f"lm-chapter-{viewport}.png"))
+    page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")  # the theme's switch
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(screenshot_dir / f"lm-chapter-{viewport}-dark.png"))
+    _clean(page)
