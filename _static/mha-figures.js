@@ -4,7 +4,8 @@
  * mhaPlot(id, data, layout, config) draws a figure with Plotly.newPlot. When the figure's
  * box is narrower than MHA_NARROW_PX (a phone), it draws the phone layout instead:
  * layout.meta.narrow (overrides computed by the figure code, e.g. fewer heatmap columns), else
- * general rules (smaller margins and fonts, wrapped title, legend below the plot). Crossing
+ * general rules (smaller margins and fonts, wrapped title, legend below the plot) with the
+ * figure's own phone axes from layout.meta.narrow_axes (e.g. fewer tick labels) on top. Crossing
  * the threshold (rotating the phone, resizing the window) redraws with the other layout.
  *
  * Dark mode (the theme's <html data-theme="dark">): every figure drawn on the page, by mhaPlot
@@ -73,7 +74,12 @@
   function narrowLayout(layout, data) {
     var meta = layout.meta || {};
     if (meta.narrow) return Object.assign({}, layout, meta.narrow);
-    return generalNarrow(layout, data);
+    var out = generalNarrow(layout, data);
+    // meta.narrow_axes: the figure code's phone ticks (e.g. fewer labels), on the general rules
+    Object.keys(meta.narrow_axes || {}).forEach(function (name) {
+      out[name] = Object.assign({}, out[name] || {}, meta.narrow_axes[name]);
+    });
+    return out;
   }
 
   function isNarrow(gd) {

@@ -34,13 +34,39 @@ def _check_story(story: object) -> Story:
     return story
 
 
-def _token_axes(fig: go.Figure, tokens: Sequence[str], rows: Sequence[int], cols: Sequence[int]) -> None:
-    """Keys on x, queries on y (first at the top), each tick the word and its position."""
+# On a phone (mha-figures.js's general narrow layout: 56 + 12 px margins in a ~358 px figure)
+# the plot is about this wide; a vertical tick label needs this many pixels.
+_NARROW_PLOT_PX = 240
+_TICK_PX = 13
+
+
+def _thin(ticks: Sequence[int], plot_px: float, span: int) -> list[int]:
+    """The ticks kept so that neighbours are at least ``_TICK_PX`` apart on ``plot_px`` pixels
+    spanning ``span`` positions (greedy from the first)."""
+    kept: list[int] = []
+    for t in ticks:
+        if not kept or (t - kept[-1]) * plot_px / span >= _TICK_PX:
+            kept.append(t)
+    return kept
+
+
+def _token_axes(fig: go.Figure, tokens: Sequence[str], rows: Sequence[int], cols: Sequence[int],
+                plot_height: float, phone_plot_width: float = _NARROW_PLOT_PX) -> None:
+    """Keys on x, queries on y (first at the top), each tick the word and its position; on a
+    phone, fewer key labels, so that none overlap."""
     label = [f"{t} {k}" for k, t in enumerate(tokens)]
-    fig.update_xaxes(title="key (the word looked at)", tickvals=list(cols), ticktext=[label[k] for k in cols],
+    rows, cols = list(rows), list(cols)
+    fig.update_xaxes(title="key (the word looked at)", tickvals=cols, ticktext=[label[k] for k in cols],
                      tickangle=-60, range=[min(cols) - 0.5, max(cols) + 0.5], showgrid=False, zeroline=False)
-    fig.update_yaxes(title="query (predicting the next word)", tickvals=list(rows),
+    fig.update_yaxes(title="query (predicting the next word)", tickvals=rows,
                      ticktext=[label[k] for k in rows], autorange="reversed", showgrid=False, zeroline=False)
+    x_span, y_span = max(cols) - min(cols) + 1, max(rows) - min(rows) + 1
+    phone_cols = _thin(cols, phone_plot_width, x_span)
+    phone_rows = _thin(rows, plot_height, y_span)
+    fig.update_layout(meta={"narrow_axes": {
+        "xaxis": {"tickvals": phone_cols, "ticktext": [label[k] for k in phone_cols], "tickangle": -90},
+        "yaxis": {"tickvals": phone_rows, "ticktext": [label[k] for k in phone_rows]},
+    }})
 
 
 def links_figure(story: Story, relations: Sequence[str] = RELATIONS) -> go.Figure:
@@ -67,7 +93,7 @@ def links_figure(story: Story, relations: Sequence[str] = RELATIONS) -> go.Figur
     rows = sorted({i - 1 for r in relations for i, _ in story.links[r]})
     cols = sorted({j for r in relations for _, j in story.links[r]})
     if rows:
-        _token_axes(fig, tokens, rows, cols)
+        _token_axes(fig, tokens, rows, cols, plot_height=420 - 150)
     fig.update_layout(title="Where the model must look: the story's links", height=420, margin=_MARGIN,
                       legend=dict(orientation="h", y=1.08, x=0))
     return fig
@@ -105,7 +131,8 @@ def head_on_links_figure(weights: torch.Tensor, story: Story, relation: str, *, 
     fig.add_scatter(x=[k for _, k in pairs], y=[q for q, _ in pairs], mode="markers", name=f"{relation} links",
                     marker=dict(symbol="square-open", size=12, color=_OKABE_ITO[1], line=dict(width=3)),
                     hoverinfo="skip")
-    _token_axes(fig, story.tokens, range(L), range(L))
+    _token_axes(fig, story.tokens, range(L), range(L), plot_height=620 - 150,
+                phone_plot_width=_NARROW_PLOT_PX - 70)  # the colour bar takes the rest
     fig.update_xaxes(tickfont=dict(size=8))
     fig.update_yaxes(tickfont=dict(size=8))
     fig.update_layout(title=title or f"A head and the {relation} links", height=620, margin=_MARGIN,

@@ -18,7 +18,7 @@ MAX_VISIBLE_ASSERTIONS = 20  # in the whole book
 # Words about the book's machinery, not about attention.
 BUILD_TALK = re.compile(
     r"\bnbval\b|\basserted\b|\bassertions?\b|the machine that built|printed above|page fragment"
-    r"|\bthe build\b|\bunit tests?\b|\bCI\b",
+    r"|\bthe build\b|\bbrowser tests?\b|\bunit tests?\b|\bCI\b",
     re.IGNORECASE,
 )
 

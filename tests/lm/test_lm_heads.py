@@ -19,7 +19,7 @@ from mha_lib.lm_heads import (
     link_weights,
 )
 from mha_lib.stories import RELATIONS, sample_stories
-from mha_lib.viz.text import ablation_figure, head_on_links_figure, links_figure
+from mha_lib.viz.text import _NARROW_PLOT_PX, _TICK_PX, ablation_figure, head_on_links_figure, links_figure
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +117,22 @@ def test_figures(stories, tokenizer):
     results = {"recall": {"linked": (0.1, 2.0), "rest": (1.0, 1.1)}}
     fig = ablation_figure(results)
     assert [list(t.y) for t in fig.data] == [[0.1], [2.0], [1.0], [1.1]]
+
+
+def test_figures_label_fewer_keys_on_a_phone(stories, tokenizer):
+    """The phone layout's key labels (layout.meta.narrow_axes, read by mha-figures.js) stand far
+    enough apart not to overlap; the wide layout labels every key."""
+    story = max(stories, key=lambda s: len(s.tokens))
+    L = len(story.tokens)
+    for fig, phone_px in [(links_figure(story), _NARROW_PLOT_PX),
+                          (head_on_links_figure(torch.eye(L), story, "recall"), _NARROW_PLOT_PX - 70)]:
+        wide, phone = fig.layout.xaxis.tickvals, fig.layout.meta["narrow_axes"]["xaxis"]["tickvals"]
+        span = max(wide) - min(wide) + 1
+        assert set(phone) <= set(wide) and phone[0] == wide[0]
+        assert all((b - a) * phone_px / span >= _TICK_PX for a, b in zip(phone, phone[1:]))
+        assert len(phone) < len(wide)  # these stories are too long for a label per key
+        labels = fig.layout.meta["narrow_axes"]["xaxis"]["ticktext"]
+        assert labels == [f"{story.tokens[k]} {k}" for k in phone]
 
 
 @pytest.mark.parametrize("call, match", [
