@@ -346,6 +346,8 @@ def heatmap_parts(
             first_column = panel is None or panel.x_domain[0] == 0  # "query" once per row
             yaxis = _axis("query" if first_column else "", panel.y_domain if panel else _HIDDEN_DOMAIN,
                           x, panel is not None, queries, query_ticks[b], y_step)
+            if narrow and not first_column:  # on a phone the gap between panels has no room
+                yaxis["showticklabels"] = False  # for labels: the row's first panel names them
             layout["yaxis" + y[1:]] = {**yaxis, "autorange": "reversed"}
             if panel is not None:
                 shapes.append({  # the panel's background, seen through the masked (NaN) cells

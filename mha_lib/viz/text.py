@@ -34,8 +34,9 @@ def _check_story(story: object) -> Story:
     return story
 
 
-# On a phone (mha-figures.js's general narrow layout: 56 + 12 px margins in a ~358 px figure)
-# the plot is about this wide; a vertical tick label needs this many pixels.
+# The plot's width on a desktop page and on a phone (mha-figures.js's general narrow layout:
+# 56 + 12 px margins in a ~358 px figure), and the room a vertical tick label needs.
+_WIDE_PLOT_PX = 560
 _NARROW_PLOT_PX = 240
 _TICK_PX = 13
 
@@ -51,21 +52,21 @@ def _thin(ticks: Sequence[int], plot_px: float, span: int) -> list[int]:
 
 
 def _token_axes(fig: go.Figure, tokens: Sequence[str], rows: Sequence[int], cols: Sequence[int],
-                plot_height: float, phone_plot_width: float = _NARROW_PLOT_PX) -> None:
-    """Keys on x, queries on y (first at the top), each tick the word and its position; on a
-    phone, fewer key labels, so that none overlap."""
+                plot_height: float, colorbar_px: float = 0) -> None:
+    """Keys on x, queries on y (first at the top), each tick the word and its position; as
+    many key labels as fit side by side, on a desktop page and on a phone."""
     label = [f"{t} {k}" for k, t in enumerate(tokens)]
     rows, cols = list(rows), list(cols)
-    fig.update_xaxes(title="key (the word looked at)", tickvals=cols, ticktext=[label[k] for k in cols],
-                     tickangle=-60, range=[min(cols) - 0.5, max(cols) + 0.5], showgrid=False, zeroline=False)
-    fig.update_yaxes(title="query (predicting the next word)", tickvals=rows,
-                     ticktext=[label[k] for k in rows], autorange="reversed", showgrid=False, zeroline=False)
     x_span, y_span = max(cols) - min(cols) + 1, max(rows) - min(rows) + 1
-    phone_cols = _thin(cols, phone_plot_width, x_span)
-    phone_rows = _thin(rows, plot_height, y_span)
+    wide_cols = _thin(cols, _WIDE_PLOT_PX - colorbar_px, x_span)
+    phone_cols = _thin(cols, _NARROW_PLOT_PX - colorbar_px, x_span)
+    shown_rows = _thin(rows, plot_height, y_span)
+    fig.update_xaxes(title="key (the word looked at)", tickvals=wide_cols, ticktext=[label[k] for k in wide_cols],
+                     tickangle=-90, range=[min(cols) - 0.5, max(cols) + 0.5], showgrid=False, zeroline=False)
+    fig.update_yaxes(title="query (predicting the next word)", tickvals=shown_rows,
+                     ticktext=[label[k] for k in shown_rows], autorange="reversed", showgrid=False, zeroline=False)
     fig.update_layout(meta={"narrow_axes": {
-        "xaxis": {"tickvals": phone_cols, "ticktext": [label[k] for k in phone_cols], "tickangle": -90},
-        "yaxis": {"tickvals": phone_rows, "ticktext": [label[k] for k in phone_rows]},
+        "xaxis": {"tickvals": phone_cols, "ticktext": [label[k] for k in phone_cols]},
     }})
 
 
@@ -125,14 +126,13 @@ def head_on_links_figure(weights: torch.Tensor, story: Story, relation: str, *, 
     z = weights.detach().double().cpu().numpy().copy()
     z[np.triu_indices(L, 1)] = np.nan  # future keys: grey gaps, never a small weight
     fig = go.Figure(go.Heatmap(z=z, x=list(range(L)), y=list(range(L)), zmin=0, zmax=1, colorscale="Viridis",
-                               colorbar=dict(title="weight"), hoverongaps=False,
+                               colorbar=dict(title=dict(text="weight", side="right")), hoverongaps=False,
                                hovertemplate="query %{y}, key %{x}: %{z:.2f}<extra></extra>"))
     pairs = [(i - 1, j + offset) for i, j in story.links[relation] if j + offset <= i - 1]
     fig.add_scatter(x=[k for _, k in pairs], y=[q for q, _ in pairs], mode="markers", name=f"{relation} links",
                     marker=dict(symbol="square-open", size=12, color=_OKABE_ITO[1], line=dict(width=3)),
                     hoverinfo="skip")
-    _token_axes(fig, story.tokens, range(L), range(L), plot_height=620 - 150,
-                phone_plot_width=_NARROW_PLOT_PX - 70)  # the colour bar takes the rest
+    _token_axes(fig, story.tokens, range(L), range(L), plot_height=620 - 150, colorbar_px=70)
     fig.update_xaxes(tickfont=dict(size=8))
     fig.update_yaxes(tickfont=dict(size=8))
     fig.update_layout(title=title or f"A head and the {relation} links", height=620, margin=_MARGIN,
