@@ -187,7 +187,9 @@ def train_loop(
         loss of every step); with ``evaluate`` also ``eval_steps`` (a tensor: 0 = before the
         first step) and ``eval_<name>`` (a tensor per metric, one value per entry of
         ``eval_steps``); ``cpu_seconds`` (this process's CPU time in the loop, which other
-        processes' load hardly changes, unlike the wall clock) and ``torch_version``.
+        processes' load hardly changes, unlike the wall clock), ``torch_version`` and
+        ``cpu_capability`` (the CPU kernels PyTorch chose: a rerun reproduces the history bit
+        for bit with the same version and kernels, and only closely with others).
 
     Raises:
         ValueError: a bad argument (named in the message), a loss that is not a finite scalar
@@ -289,6 +291,8 @@ def _run(model, loss, batches, optimizer, steps, schedule, evaluate, eval_every,
         history.update({f"eval_{name}": torch.tensor(values) for name, values in evals.items()})
     history["cpu_seconds"] = time.process_time() - start_cpu
     history["torch_version"] = str(torch.__version__)
+    # The CPU kernels PyTorch chose (AVX512, AVX2, ...): a rerun is bit for bit only on the same
+    history["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     return history
 
 

@@ -6,6 +6,8 @@
 * ``generator``: a ``torch.Generator`` seeded with 0, fresh for every test.
 * ``mha_factory``: builds small :class:`mha_lib.MultiHeadAttention` modules with seeded
   weights, in eval mode, without touching the global random state.
+* ``rerun_check``: compares a retraining run with a shipped one: bit for bit where the
+  machine runs the kernels that made it, closely elsewhere.
 
 Test modules never import each other (nor a conftest): what several modules need goes here or
 in the conftest.py of their area.
@@ -61,3 +63,44 @@ def mha_factory():
         return mha.to(dtype).eval()
 
     return make
+
+
+class _RerunCheck:
+    """How a retraining run must match a shipped checkpoint's training record.
+
+    Float results depend on the CPU kernels PyTorch picks (``ATEN_CPU_CAPABILITY``: AVX512,
+    AVX2, ...) and on its version. With the ones that made the shipped file (its record's
+    ``cpu_capability`` and ``torch_version``) a rerun is the same bit for bit; with others it
+    starts out equal to rounding and drifts slowly.
+    """
+
+    def __init__(self, record: dict):
+        self.exact = (record.get("torch_version") == str(torch.__version__)
+                      and record.get("cpu_capability") == torch.backends.cpu.get_cpu_capability())
+
+    def losses(self, rerun: torch.Tensor, shipped: torch.Tensor) -> None:
+        """The training losses, step by step: equal, or the first 10 steps to 1e-4 and the
+        rest to 2% (relative)."""
+        assert rerun.shape == shipped.shape
+        if self.exact:
+            assert torch.equal(rerun, shipped)
+        else:
+            torch.testing.assert_close(rerun[:10], shipped[:10], rtol=1e-4, atol=0)
+            torch.testing.assert_close(rerun, shipped, rtol=2e-2, atol=0)
+
+    def same(self, rerun, shipped) -> None:
+        """Anything else (weights, metrics): equal with the shipped kernels; elsewhere not
+        compared (the losses, and each test's own bounds, carry the claim)."""
+        if self.exact:
+            if isinstance(rerun, torch.Tensor):
+                assert torch.equal(rerun, shipped)
+            else:
+                assert rerun == shipped
+
+
+@pytest.fixture
+def rerun_check():
+    """``rerun_check(record)``, with ``record`` a shipped checkpoint's ``extra``: an object
+    whose ``.losses(rerun, shipped)`` and ``.same(rerun, shipped)`` assert what a retraining
+    run must reproduce on this machine (bit for bit only on the kernels that made the file)."""
+    return _RerunCheck

@@ -279,23 +279,28 @@ def examples():
     return held_out_set()
 
 
-def test_retraining_from_the_seed_reproduces_the_shipped_weights(tmp_path, examples, capsys):
-    """``python -m mha_lib.digits --out PATH`` gives the shipped checkpoint, bit for bit."""
+def test_retraining_from_the_seed_reproduces_the_shipped_weights(tmp_path, examples, capsys, rerun_check):
+    """``python -m mha_lib.digits --out PATH`` gives the shipped checkpoint: bit for bit on the
+    CPU kernels that made it, and a run that follows it and reaches the target elsewhere."""
     threads = torch.get_num_threads()
     state = torch.random.get_rng_state()
     assert main(["--out", str(tmp_path / "again.pt")]) == 0
-    assert "test accuracy 1.0000" in capsys.readouterr().out
+    assert "test accuracy" in capsys.readouterr().out
     assert torch.get_num_threads() == threads
     assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random state is untouched
     again = load_checkpoint(tmp_path / "again.pt", kind=KIND)
     shipped = load_checkpoint(PRETRAINED_PATH, kind=KIND)
     assert again["config"] == shipped["config"]
     assert again["state_dict"].keys() == shipped["state_dict"].keys()
+    check = rerun_check(shipped["extra"])
+    steps = min(100, len(shipped["extra"]["train_loss"]))
+    check.losses(again["extra"]["train_loss"][:steps], shipped["extra"]["train_loss"][:steps])  # any kernels
+    check.same(again["extra"]["train_loss"], shipped["extra"]["train_loss"])  # the whole run, same kernels
     for name, tensor in shipped["state_dict"].items():
-        assert torch.equal(again["state_dict"][name], tensor), name
-    assert torch.equal(again["extra"]["train_loss"], shipped["extra"]["train_loss"])
-    assert again["extra"]["test_accuracy"] == shipped["extra"]["test_accuracy"] >= TARGET
-    assert accuracy(load_pretrained(tmp_path / "again.pt"), examples) == shipped["extra"]["test_accuracy"]
+        check.same(again["state_dict"][name], tensor)
+    assert again["extra"]["test_accuracy"] >= TARGET
+    check.same(again["extra"]["test_accuracy"], shipped["extra"]["test_accuracy"])
+    assert accuracy(load_pretrained(tmp_path / "again.pt"), examples) == again["extra"]["test_accuracy"]
 
 
 def test_shipped_weights_reach_the_target(examples):

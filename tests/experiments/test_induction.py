@@ -298,17 +298,19 @@ def test_training_is_reproducible():
     assert not torch.equal(c.model.unembedding.weight, a.model.unembedding.weight)
 
 
-def test_retraining_from_the_seed_follows_the_shipped_run():
+def test_retraining_from_the_seed_follows_the_shipped_run(rerun_check):
     """The shipped weights come from ``train(Config())``: with a constant learning rate, the
-    first 100 steps of that run are the first 100 steps of any longer run, bit for bit."""
+    first 100 steps of that run are the first 100 steps of any longer run (bit for bit on the
+    CPU kernels that made it)."""
     shipped = load_checkpoint(PRETRAINED_PATH, kind=KIND)
     assert shipped["config"] == asdict(Config())  # the defaults are the shipped run's
     start = train(Config(steps=100), progress=False).history
     record = shipped["extra"]
-    assert torch.equal(start["train_loss"], record["train_loss"][:100])
+    check = rerun_check(record)
+    check.losses(start["train_loss"], record["train_loss"][:100])
     assert torch.equal(start["eval_steps"], record["eval_steps"][:5])  # 0, 25, 50, 75, 100
-    assert torch.equal(start["eval_repeated"], record["eval_repeated"][:5])
-    assert torch.equal(start["eval_random"], record["eval_random"][:5])
+    for name in ("eval_repeated", "eval_random"):  # accuracies: one flipped answer is a step
+        check.same(start[name], record[name][:5])
 
 
 @pytest.mark.parametrize("change, match", [
