@@ -79,7 +79,8 @@ def test_train_loop_trains_logs_and_evaluates_on_schedule():
     threads = torch.get_num_threads()
     history = train_loop(model, _mse, batches, optimizer, steps=5, evaluate=evaluate, eval_every=2,
                          num_threads=1, progress=log)
-    assert sorted(history) == ["cpu_seconds", "eval_norm", "eval_steps", "torch_version", "train_loss"]
+    assert sorted(history) == ["cpu_capability", "cpu_seconds", "eval_norm", "eval_steps", "torch_version",
+                               "train_loss"]
     losses = history["train_loss"]
     assert losses.shape == (5,) and losses[-1] < losses[0]
     assert history["eval_steps"].tolist() == [0, 2, 4, 5]  # before the first step, every 2, after the last
@@ -88,6 +89,7 @@ def test_train_loop_trains_logs_and_evaluates_on_schedule():
     assert not model.training  # eval mode at the end
     assert torch.get_num_threads() == threads
     assert history["cpu_seconds"] >= 0 and history["torch_version"] == str(torch.__version__)
+    assert history["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     text = log.getvalue()
     assert "step     5/5" in text and "norm" in text and text.endswith("\n")
 
@@ -109,7 +111,7 @@ def test_train_loop_is_deterministic_and_applies_the_schedule():
                    schedule=lambda s: warmup_cosine(s, warmup=2, steps=4))
     assert torch.equal(a["train_loss"], b["train_loss"])
     assert torch.equal(a_model.weight, b_model.weight)
-    assert sorted(a) == ["cpu_seconds", "torch_version", "train_loss"]  # no evaluate: no eval_*
+    assert sorted(a) == ["cpu_capability", "cpu_seconds", "torch_version", "train_loss"]  # no evaluate: no eval_*
 
 
 def test_train_loop_clips_the_gradient_norm():
