@@ -52,20 +52,21 @@ def _thin(ticks: Sequence[int], plot_px: float, span: int) -> list[int]:
 
 
 def _token_axes(fig: go.Figure, tokens: Sequence[str], rows: Sequence[int], cols: Sequence[int],
-                plot_height: float, colorbar_px: float = 0) -> None:
+                height: int, colorbar_px: float = 0) -> None:
     """Keys on x, queries on y (first at the top), each tick the word and its position; as
-    many key labels as fit side by side, on a desktop page and on a phone."""
+    many labels as fit side by side, on a desktop page and on a phone. Sets the figure's
+    ``height`` and margins, from which the room for the query labels follows."""
     label = [f"{t} {k}" for k, t in enumerate(tokens)]
     rows, cols = list(rows), list(cols)
     x_span, y_span = max(cols) - min(cols) + 1, max(rows) - min(rows) + 1
     wide_cols = _thin(cols, _WIDE_PLOT_PX - colorbar_px, x_span)
     phone_cols = _thin(cols, _NARROW_PLOT_PX - colorbar_px, x_span)
-    shown_rows = _thin(rows, plot_height, y_span)
+    shown_rows = _thin(rows, height - _MARGIN["t"] - _MARGIN["b"], y_span)
     fig.update_xaxes(title="key (the word looked at)", tickvals=wide_cols, ticktext=[label[k] for k in wide_cols],
                      tickangle=-90, range=[min(cols) - 0.5, max(cols) + 0.5], showgrid=False, zeroline=False)
     fig.update_yaxes(title="query (predicting the next word)", tickvals=shown_rows,
                      ticktext=[label[k] for k in shown_rows], autorange="reversed", showgrid=False, zeroline=False)
-    fig.update_layout(meta={"narrow_axes": {
+    fig.update_layout(height=height, margin=_MARGIN, meta={"narrow_axes": {
         "xaxis": {"tickvals": phone_cols, "ticktext": [label[k] for k in phone_cols]},
     }})
 
@@ -93,10 +94,10 @@ def links_figure(story: Story, relations: Sequence[str] = RELATIONS) -> go.Figur
         )
     rows = sorted({i - 1 for r in relations for i, _ in story.links[r]})
     cols = sorted({j for r in relations for _, j in story.links[r]})
-    if rows:
-        _token_axes(fig, tokens, rows, cols, plot_height=420 - 150)
     fig.update_layout(title="Where the model must look: the story's links", height=420, margin=_MARGIN,
                       legend=dict(orientation="h", y=1.08, x=0))
+    if rows:
+        _token_axes(fig, tokens, rows, cols, height=fig.layout.height)
     return fig
 
 
@@ -132,10 +133,10 @@ def head_on_links_figure(weights: torch.Tensor, story: Story, relation: str, *, 
     fig.add_scatter(x=[k for _, k in pairs], y=[q for q, _ in pairs], mode="markers", name=f"{relation} links",
                     marker=dict(symbol="square-open", size=12, color=_OKABE_ITO[1], line=dict(width=3)),
                     hoverinfo="skip")
-    _token_axes(fig, story.tokens, range(L), range(L), plot_height=620 - 150, colorbar_px=70)
+    _token_axes(fig, story.tokens, range(L), range(L), height=620, colorbar_px=70)
     fig.update_xaxes(tickfont=dict(size=8))
     fig.update_yaxes(tickfont=dict(size=8))
-    fig.update_layout(title=title or f"A head and the {relation} links", height=620, margin=_MARGIN,
+    fig.update_layout(title=title or f"A head and the {relation} links",
                       plot_bgcolor=_FUTURE, legend=dict(orientation="h", y=1.05, x=0))
     return fig
 
