@@ -1,0 +1,118 @@
+"""Why attention is built the way it is: one small controlled experiment per design choice.
+
+Each experiment trains a few variants of one model that differ in one choice (the number of
+heads, the 1/sqrt(d), positions, where the LayerNorm goes, key/value heads, ``W_o``), from the
+same seed, for the same steps, on a task built so that the choice matters. Every run takes
+less than a minute of CPU on one thread:
+
+* :data:`EXPERIMENTS`  name -> :class:`Experiment` (``.question``, ``.claim``, ``.variants``)
+* :func:`run`          ``run(name, seed, steps=None) -> {variant: {metric: value}}``
+* :func:`load_results` the runs shipped with the book (seeds 0, 1, 2), with their curves
+* ``python -m mha_lib.why NAME --seeds 0 1 2`` reruns one and prints mean and spread
+
+The results of a run are deterministic on one machine; on another CPU the numbers differ a
+little (training amplifies the last bits of the kernels), the directions of the claims do not.
+"""
+
+from __future__ import annotations
+
+from mha_lib.why._common import Experiment, Outcome, check_seed_and_steps
+from mha_lib.why.digit_runs import heads_trial, output_trial, scale_trial
+from mha_lib.why.sequence_runs import kv_heads_trial, norm_trial, positions_trial
+
+__all__ = ["EXPERIMENTS", "Experiment", "RESULTS_PATH", "load_results", "run", "run_outcomes"]
+
+EXPERIMENTS: dict[str, Experiment] = {
+    experiment.name: experiment
+    for experiment in (
+        Experiment(
+            name="heads",
+            question="Why several heads rather than one?",
+            claim="On a task that needs two lookups at once, one head of size 32 is clearly worse "
+                  "than two, four or eight smaller heads with the same parameters, on every seed: "
+                  "it splits its weight between the two keys instead of finding both.",
+            variants=("H=1", "H=2", "H=4", "H=8"), metric="accuracy", higher_is_better=True,
+            steps=1000, differs="nothing: W_q, W_k, W_v, W_o are D x D for every H (D = 32)",
+            where="01_model", trial=heads_trial),
+        Experiment(
+            name="scale",
+            question="Why divide the scores by sqrt(d)?",
+            claim="At head size d = 128 without the scale, the softmax starts nearly one-hot, "
+                  "passes almost no gradient, and the model is still near chance when the scaled "
+                  "one has learned most of the task.",
+            variants=("1/sqrt(d)", "no scale"), metric="final_loss", higher_is_better=False,
+            steps=300, differs="nothing (the unscaled scores are q.k, the same parameters)",
+            where="01_model", trial=scale_trial),
+        Experiment(
+            name="positions",
+            question="Does a decoder need positions, and which kind?",
+            claim="Without positions or a mask attention sees a set and fails; a causal mask alone "
+                  "recovers part of the order; learned, sinusoidal and rotary positions solve the "
+                  "task at the training length, and only rotary still solves it at twice the length.",
+            variants=("none", "causal", "learned", "sinusoidal", "rotary"), metric="accuracy_2x",
+            higher_is_better=True, steps=600,
+            differs="learned positions add a 32 x 32 table; the others add no parameters",
+            where="03b_positions_and_block", trial=positions_trial),
+        Experiment(
+            name="norm",
+            question="Why pre-LN rather than the original post-LN?",
+            claim="At depth 6 and a high learning rate, pre-LN trains with or without warm-up, "
+                  "while post-LN stays near chance.",
+            variants=("pre-LN, warm-up", "pre-LN, no warm-up", "post-LN, warm-up", "post-LN, no warm-up"),
+            metric="final_loss", higher_is_better=False, steps=300,
+            differs="nothing (the same blocks, the LayerNorms in other places)",
+            where="03b_positions_and_block", trial=norm_trial),
+        Experiment(
+            name="kv_heads",
+            question="What do fewer key/value heads cost (GQA, MQA)?",
+            claim="Sharing key/value heads divides the KV cache by H / Hkv; the loss at equal steps "
+                  "is what it costs.",
+            variants=("MHA (Hkv=4)", "GQA (Hkv=2)", "MQA (Hkv=1)"), metric="repeat_loss",
+            higher_is_better=False, steps=800,
+            differs="W_k and W_v shrink from D x D to D x Hkv*d (fewer parameters with fewer Hkv)",
+            where="10_grouped_query_attention", trial=kv_heads_trial),
+        Experiment(
+            name="output",
+            question="What is W_o for: does the layer need it?",
+            claim="Fixing W_o at the identity (each head writes only its own d features) changes "
+                  "little here: the MLP after the layer reads all heads anyway.",
+            variants=("learned W_o", "no W_o (identity)"), metric="accuracy", higher_is_better=True,
+            steps=1000, differs="the identity W_o is not trained: D x D = 1024 fewer parameters",
+            where="01_model", trial=output_trial),
+    )
+}
+"""Every experiment, by name."""
+
+
+def _experiment(name: object) -> Experiment:
+    if not isinstance(name, str) or name not in EXPERIMENTS:
+        raise ValueError(f"name must be one of {sorted(EXPERIMENTS)}, got {name!r}")
+    return EXPERIMENTS[name]
+
+
+def run_outcomes(name: str, seed: int, steps: int | None = None) -> dict[str, Outcome]:
+    """Like :func:`run`, with each variant's training curve and figure data (an ``Outcome``)."""
+    experiment = _experiment(name)
+    seed, steps = check_seed_and_steps(seed, steps, experiment.steps)
+    return experiment.trial(seed, steps)
+
+
+def run(name: str, seed: int, steps: int | None = None) -> dict[str, dict[str, float]]:
+    """Train every variant of experiment ``name`` from ``seed`` and measure it.
+
+    Args:
+        name: a key of :data:`EXPERIMENTS`.
+        seed: the initialisation and the batches (an integer >= 0).
+        steps: training steps of every variant (None: the experiment's default).
+
+    Returns:
+        ``{variant: {metric: value}}``, every variant with ``"params"`` (its trained parameters),
+        ``"cpu_seconds"`` and the experiment's measures. Deterministic for a seed on one machine.
+
+    Raises:
+        ValueError: an unknown name, a seed that is not an integer >= 0, steps not an integer >= 1.
+    """
+    return {variant: outcome.metrics for variant, outcome in run_outcomes(name, seed, steps).items()}
+
+
+from mha_lib.why.results import RESULTS_PATH, load_results  # noqa: E402  (uses EXPERIMENTS)

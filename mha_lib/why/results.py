@@ -1,0 +1,102 @@
+"""The shipped runs of every experiment (the book never retrains), and the table of them.
+
+``mha_lib/data/why_results.json`` holds, per experiment, per seed and per variant, the metrics
+and the training curve (:data:`~mha_lib.why._common.CURVE_POINTS` means), and the figure data
+of some variants; :func:`record` writes it (``python -m mha_lib.why --record``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from mha_lib.why._common import spread
+
+__all__ = ["RESULTS_PATH", "load_results", "record", "shipped_metrics", "summary_rows", "summary_table"]
+
+RESULTS_PATH = Path(str(resources.files("mha_lib") / "data" / "why_results.json"))
+"""The shipped results."""
+
+
+def load_results(path: str | os.PathLike | None = None) -> dict:
+    """The shipped results: ``{"experiments": {name: {"seeds": {seed: {variant: {"metrics",
+    "curve", "extra"}}}, "steps": ...}}, "machine": ...}`` (seeds as strings, JSON keys)."""
+    path = RESULTS_PATH if path is None else path
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"path must be a file name, got {path!r}")
+    with open(path, encoding="utf-8") as f:
+        results = json.load(f)
+    if not isinstance(results, dict) or "experiments" not in results:
+        raise ValueError(f"path {str(path)!r} holds no mha_lib.why results")
+    return results
+
+
+def record(names: Sequence[str], seeds: Sequence[int], path: str | os.PathLike = RESULTS_PATH, *,
+           progress=None) -> Path:
+    """Run experiments ``names`` for every seed and write (or update) the results file.
+
+    ``progress(name, seed)`` is called before each run.
+    """
+    from mha_lib.why import EXPERIMENTS, run_outcomes
+
+    path = Path(path)
+    results = load_results(path) if path.exists() else {"experiments": {}}
+    for name in names:
+        experiment = EXPERIMENTS[name]
+        entry = {"steps": experiment.steps, "seeds": {}}
+        for seed in seeds:
+            if progress is not None:
+                progress(name, seed)
+            outcomes = run_outcomes(name, seed)
+            entry["seeds"][str(seed)] = {
+                variant: {"metrics": {k: round(v, 6) for k, v in o.metrics.items()}, "curve": o.curve,
+                          "extra": o.extra}
+                for variant, o in outcomes.items()
+            }
+        results["experiments"][name] = entry
+    results["machine"] = {"torch_version": torch.__version__, "platform": platform.machine(),
+                          "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    path.write_text(json.dumps(results, separators=(",", ":")) + "\n", encoding="utf-8")
+    return path
+
+
+def summary_rows(per_seed: dict[str, dict[str, dict[str, float]]], metric: str) -> list[tuple[str, float, float, float]]:
+    """``(variant, params, mean, spread)`` of ``metric`` over seeds, from ``{seed: {variant: metrics}}``."""
+    seeds = list(per_seed)
+    rows = []
+    for variant in per_seed[seeds[0]]:
+        values = [per_seed[s][variant][metric] for s in seeds]
+        rows.append((variant, per_seed[seeds[0]][variant]["params"], sum(values) / len(values), spread(values)))
+    return rows
+
+
+def shipped_metrics(name: str, results: dict | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """``{seed: {variant: metrics}}`` of experiment ``name`` in the shipped results."""
+    results = load_results() if results is None else results
+    runs = results["experiments"][name]["seeds"]
+    return {seed: {v: r["metrics"] for v, r in per.items()} for seed, per in runs.items()}
+
+
+def summary_table(results: dict | None = None) -> str:
+    """Every experiment's variants, parameters and main metric (mean ± half the range over the
+    seeds) as a Markdown table."""
+    from mha_lib.why import EXPERIMENTS
+
+    results = load_results() if results is None else results
+    lines = ["| experiment | variant | parameters | metric | mean ± spread | seeds |",
+             "| --- | --- | ---: | --- | ---: | ---: |"]
+    for name, experiment in EXPERIMENTS.items():
+        if name not in results["experiments"]:
+            continue
+        runs = shipped_metrics(name, results)
+        for i, (variant, params, mean, half) in enumerate(summary_rows(runs, experiment.metric)):
+            first = f"`{name}`" if i == 0 else ""
+            metric = experiment.metric.replace("_", " ")
+            lines.append(f"| {first} | {variant} | {int(params):,} | {metric} | {mean:.3f} ± {half:.3f} | {len(runs)} |")
+    return "\n".join(lines)
