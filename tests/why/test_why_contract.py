@@ -96,8 +96,6 @@ def test_shipped_results_cover_every_experiment_and_variant():
         for per in entry["seeds"].values():
             assert list(per) == list(EXPERIMENTS[name].variants)
             assert all(len(r["curve"]) == 50 and r["metrics"]["params"] > 0 for r in per.values())
-            # a run at the default steps: under a minute of CPU on one thread
-            assert sum(r["metrics"]["cpu_seconds"] for r in per.values()) < 60
 
 
 def test_shipped_heads():
