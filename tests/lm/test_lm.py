@@ -172,13 +172,25 @@ def test_training_is_reproducible(small_config):
     assert not torch.equal(c.model.unembedding.weight, a.model.unembedding.weight)
 
 
-def test_retraining_from_the_seed_follows_the_shipped_run(rerun_check):
-    """Every warm-up step's learning rate is independent of the run's length, so the first
-    ``warmup`` steps of the shipped run come back (bit for bit on the CPU kernels that made it)."""
+def test_retraining_from_the_seed_follows_the_shipped_run(retraining):
+    """The warm-up's learning rates do not depend on the run's length, so its ``warmup`` steps
+    are the start of the shipped run: deterministic on this machine, and on any machine the
+    shipped run's losses over them and its held-out scores after them, within bands measured
+    across kernel settings (floats differ across CPUs). The whole run (1500 steps, a minute of
+    CPU) is not repeated here: ``python -m mha_lib.lm`` does it."""
     config = Config()
-    start = train(dataclasses.replace(config, steps=config.warmup, eval_every=config.warmup), progress=False)
+    start = train(dataclasses.replace(config, steps=config.warmup, eval_every=config.warmup), progress=False).history
+    again = train(dataclasses.replace(config, steps=10, eval_every=10), progress=False).history
+    retraining.deterministic(start["train_loss"], again["train_loss"])
     record = load_checkpoint(PRETRAINED_PATH, kind=KIND)["extra"]
-    rerun_check(record).losses(start.history["train_loss"], record["train_loss"][: config.warmup])
+    assert int(record["eval_steps"][1]) == config.warmup
+    # Drift from the shipped record (AVX512 machine), measured on a second AVX512 machine: BANDS_LM
+    retraining.near(start["train_loss"].mean(), record["train_loss"][: config.warmup].mean(),
+                    "mean loss of the warm-up", rtol=1e-3)
+    retraining.near(start["eval_held_out_loss"][-1], record["eval_held_out_loss"][1],
+                    "held-out loss after the warm-up", rtol=0.01)
+    retraining.near(start["eval_antecedent"][-1], record["eval_antecedent"][1],
+                    "antecedent accuracy after the warm-up", atol=0.05)
 
 
 def test_save_main_and_load(tmp_path, small_config, capsys):
