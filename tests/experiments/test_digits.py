@@ -304,12 +304,18 @@ def test_retraining_from_the_seed_reaches_what_the_shipped_run_reached(tmp_path,
     # run of the warm-up alone repeats the first steps, bit for bit.
     warmup = train(replace(Config(), steps=Config().warmup), progress=False)
     retraining.deterministic(run["train_loss"], warmup.history["train_loss"])
-    # What the shipped run reached. Drift from the shipped record (AVX512 machine), measured on
-    # a second AVX512 machine: BANDS_DIGITS
+    # What the shipped run reached, within bands. Measured on a second AVX512 machine against
+    # the shipped record (made on another AVX512 machine); the first step whose loss differs:
+    #   setting                       differs at  accuracy  loss falls at (332)  last 100 steps
+    #   native                        step 4      1.0       332                  2.6 %
+    #   MKL_CBWR=COMPATIBLE           step 10     1.0       332                  0.23 %
+    #   ATEN_CPU_CAPABILITY=default   step 3      1.0       327                  1.0 %
+    #   ATEN_CPU_CAPABILITY=avx2      AVX2_DIGITS
+    # Bands, with a margin: accuracy 0.01, the fall 30 steps, the last 100 steps' loss 15 %.
     assert run["test_accuracy"] >= TARGET
     retraining.near(run["test_accuracy"], record["test_accuracy"], "held-out accuracy", atol=0.01)
     retraining.near(_falls_at(run["train_loss"]), _falls_at(record["train_loss"]),
-                    "the step where the loss falls", atol=20)
+                    "the step where the loss falls", atol=30)
     retraining.near(run["train_loss"][-100:].mean(), record["train_loss"][-100:].mean(),
                     "mean loss of the last 100 steps", rtol=0.15)
     assert accuracy(load_pretrained(tmp_path / "again.pt"), examples) == run["test_accuracy"]

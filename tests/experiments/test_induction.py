@@ -316,13 +316,21 @@ def test_retraining_from_the_seed_reaches_what_the_shipped_run_reached(model, to
     again = train(Config(steps=25), progress=False).history
     for name in ("train_loss", "eval_repeated", "eval_random"):
         retraining.deterministic(run[name], again[name])
-    # What the shipped run reached. Drift from the shipped record (AVX512 machine), measured on
-    # a second AVX512 machine: BANDS_INDUCTION
-    retraining.near(_phase_change(run), _phase_change(record), "the phase change's step", atol=250)
+    # What the shipped run reached, within bands. Measured on a second AVX512 machine against
+    # the shipped record (made on another AVX512 machine); the runs leave it within 10 steps
+    # but stay close (the same phase change, heads and final losses):
+    #   setting                       differs at  phase change (2250)  final repeated  last 500 steps
+    #   native                        step 7      2250                 6.7e-08         6e-08 (relative)
+    #   MKL_CBWR=COMPATIBLE           step 0      2250                 6.0e-08         0
+    #   ATEN_CPU_CAPABILITY=default   DEFAULT_INDUCTION
+    #   ATEN_CPU_CAPABILITY=avx2      AVX2_INDUCTION
+    # Bands, with a wide margin (another processor may drift further): the phase change 100
+    # steps (4 logs), the final loss on the repeated half 0.02 (of 0.076), the last 500 steps' 0.5 %.
+    retraining.near(_phase_change(run), _phase_change(record), "the phase change's step", atol=100)
     retraining.near(run["eval_repeated"][-1], record["eval_repeated"][-1], "final loss on the repeated half",
-                    atol=0.05)
+                    atol=0.02)
     retraining.near(run["train_loss"][-500:].mean(), record["train_loss"][-500:].mean(),
-                    "mean loss of the last 500 steps", rtol=0.02)
+                    "mean loss of the last 500 steps", rtol=5e-3)
     scores = head_scores(result.model, tokens)
     prev_head, ind_head = _best_heads(scores)
     assert (prev_head, ind_head) == _best_heads(head_scores(model, tokens))  # the shipped model's heads

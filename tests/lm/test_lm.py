@@ -184,13 +184,20 @@ def test_retraining_from_the_seed_follows_the_shipped_run(retraining):
     retraining.deterministic(start["train_loss"], again["train_loss"])
     record = load_checkpoint(PRETRAINED_PATH, kind=KIND)["extra"]
     assert int(record["eval_steps"][1]) == config.warmup
-    # Drift from the shipped record (AVX512 machine), measured on a second AVX512 machine: BANDS_LM
+    # Within bands. Measured on a second AVX512 machine against the shipped record (made on
+    # another AVX512 machine); the first step whose loss differs, then relative drifts:
+    #   setting                       differs at  warm-up loss  held-out loss  antecedent (abs.)
+    #   native                        step 2      1.7e-05       3.6e-04        0
+    #   ATEN_CPU_CAPABILITY=default   step 0      1.5e-05       2.6e-04        0.0032 (1 of 313)
+    #   ATEN_CPU_CAPABILITY=avx2      AVX2_LM
+    # (the whole run natively: final held-out loss 0.8 %, recall 1.0 as shipped).
+    # Bands, about ten times the drift: 2e-4, 4e-3 and 0.03.
     retraining.near(start["train_loss"].mean(), record["train_loss"][: config.warmup].mean(),
-                    "mean loss of the warm-up", rtol=1e-3)
+                    "mean loss of the warm-up", rtol=2e-4)
     retraining.near(start["eval_held_out_loss"][-1], record["eval_held_out_loss"][1],
-                    "held-out loss after the warm-up", rtol=0.01)
+                    "held-out loss after the warm-up", rtol=4e-3)
     retraining.near(start["eval_antecedent"][-1], record["eval_antecedent"][1],
-                    "antecedent accuracy after the warm-up", atol=0.05)
+                    "antecedent accuracy after the warm-up", atol=0.03)
 
 
 def test_save_main_and_load(tmp_path, small_config, capsys):
