@@ -322,7 +322,7 @@ def test_retraining_from_the_seed_reaches_what_the_shipped_run_reached(model, to
     #   setting                       differs at  phase change (2250)  final repeated  last 500 steps
     #   native                        step 7      2250                 6.7e-08         6e-08 (relative)
     #   MKL_CBWR=COMPATIBLE           step 0      2250                 6.0e-08         0
-    #   ATEN_CPU_CAPABILITY=default   DEFAULT_INDUCTION
+    #   ATEN_CPU_CAPABILITY=default   step 4      2250                 1.5e-08         6e-08
     #   ATEN_CPU_CAPABILITY=avx2      AVX2_INDUCTION
     # Bands, with a wide margin (another processor may drift further): the phase change 100
     # steps (4 logs), the final loss on the repeated half 0.02 (of 0.076), the last 500 steps' 0.5 %.

@@ -188,8 +188,8 @@ def test_retraining_from_the_seed_follows_the_shipped_run(retraining):
     # another AVX512 machine); the first step whose loss differs, then relative drifts:
     #   setting                       differs at  warm-up loss  held-out loss  antecedent (abs.)
     #   native                        step 2      1.7e-05       3.6e-04        0
-    #   ATEN_CPU_CAPABILITY=default   step 0      1.5e-05       2.6e-04        0.0032 (1 of 313)
-    #   ATEN_CPU_CAPABILITY=avx2      AVX2_LM
+    #   ATEN_CPU_CAPABILITY=default   step 0      1.5e-05       2.6e-04        0.0032
+    #   ATEN_CPU_CAPABILITY=avx2      step 16     1.5e-05       2.7e-04        0.0048
     # (the whole run natively: final held-out loss 0.8 %, recall 1.0 as shipped).
     # Bands, about ten times the drift: 2e-4, 4e-3 and 0.03.
     retraining.near(start["train_loss"].mean(), record["train_loss"][: config.warmup].mean(),
