@@ -25,8 +25,10 @@ from mha_lib.masking import CheckedLens, mask_from_valid_lens, masked_softmax, r
 __all__ = ["DotProductAttention", "FiniteDotProductAttention", "check_qkv"]
 
 
-def check_qkv(queries: Tensor, keys: Tensor, values: Tensor) -> None:
+def check_qkv(queries: Tensor, keys: Tensor, values: Tensor, *, dot: bool = False) -> None:
     """Check that queries, keys and values are 3-D and agree on batch size and length.
+
+    With ``dot`` the queries and keys also meet in a dot product: one feature size d >= 1.
 
     Raises:
         ValueError: naming the argument that does not fit.
@@ -50,6 +52,13 @@ def check_qkv(queries: Tensor, keys: Tensor, values: Tensor) -> None:
                 f"{name} must have the dtype and device of the queries ({queries.dtype} on "
                 f"{queries.device}), got {x.dtype} on {x.device}: convert one with .to(...)"
             )
+    if dot and queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(
+            "queries and keys must have the same feature size d, got "
+            f"{queries.shape[-1]} and {keys.shape[-1]}"
+        )
+    if dot and queries.shape[-1] == 0:
+        raise ValueError("queries and keys must have at least one feature (d >= 1), got d = 0")
 
 
 class DotProductAttention(nn.Module):
@@ -97,15 +106,8 @@ class DotProductAttention(nn.Module):
 @quiet_when_traced
 def _check_attention(queries: Tensor, keys: Tensor, values: Tensor, need_weights: object) -> None:
     """The checks of :meth:`DotProductAttention.forward` (valid_lens: in masked_softmax)."""
-    check_qkv(queries, keys, values)
+    check_qkv(queries, keys, values, dot=True)
     check_bool(need_weights, "need_weights")
-    if queries.shape[-1] != keys.shape[-1]:
-        raise ValueError(
-            "queries and keys must have the same feature size d, got "
-            f"{queries.shape[-1]} and {keys.shape[-1]}"
-        )
-    if queries.shape[-1] == 0:
-        raise ValueError("queries and keys must have at least one feature (d >= 1), got d = 0")
 
 
 class FiniteDotProductAttention(DotProductAttention):

@@ -61,12 +61,7 @@ class OnlineSoftmaxState:
 def _check(queries, keys, values, valid_lens, block_size):
     """The checks of :func:`online_softmax_blocks`; returns the valid lengths (checked, on the
     queries' device: one host read) and the block size."""
-    check_qkv(queries, keys, values)
-    if queries.shape[-1] != keys.shape[-1]:
-        raise ValueError(
-            "queries and keys must have the same feature size d, got "
-            f"{queries.shape[-1]} and {keys.shape[-1]}"
-        )
+    check_qkv(queries, keys, values, dot=True)
     block_size = check_positive_int(block_size, "block_size")
     B, Lq, _ = queries.shape
     valid_lens, _ = read_valid_lens(valid_lens, B, Lq, keys.shape[1], device=queries.device)
