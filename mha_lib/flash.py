@@ -132,7 +132,9 @@ def tiled_attention(
     """Scaled dot-product attention computed block by block over the keys (online softmax).
 
     Equals ``DotProductAttention`` (and ``masked_softmax``'s convention: a query with valid
-    length 0 gets zeros) while holding only a (B, Lq, block_size) block of scores at a time.
+    length 0 gets zeros) while holding only a (B, Lq, block_size) block of scores at a time,
+    also for NaN and inf: a non-finite value reaches every query of its example (weight 0
+    times NaN is NaN), a non-finite key only the queries that may attend to it.
 
     Shapes:
         queries: (B, Lq, d)
@@ -150,7 +152,11 @@ def tiled_attention(
     """
     for state in online_softmax_blocks(queries, keys, values, valid_lens, block_size=block_size):
         pass
-    return state.output.to(values.dtype)
+    out = state.output
+    if state.keys_seen < keys.shape[1]:  # (B, Lk - keys_seen, dv) -> (B, 1, dv), as the weights
+        # 0 of DotProductAttention meet these values: NaN where one is NaN or inf, else 0
+        out = out + (values[:, state.keys_seen:] * 0).sum(1, keepdim=True)
+    return out.to(values.dtype)
 
 
 def tiled_attention_steps(
