@@ -157,7 +157,7 @@ class StoryLM(nn.Module):
     Shapes:
         ids: (B, L) integers in [0, V); padded batches are padded on the right
         valid_lens: None or (B,), the number of real tokens of each row (1 .. L)
-        head_mask: None or (N, H) gates (1 keeps a head, 0 removes it)
+        head_mask: None or (N, H) gates in [0, 1] (1 keeps a head, 0 removes it)
         logits: (B, L, V); weights: (B, N, H, L, L)
 
     Args:
@@ -206,9 +206,11 @@ class StoryLM(nn.Module):
         gates = None
         if head_mask is not None:
             gates = as_tensor(head_mask, "head_mask", "a tensor of gates (N, H)")
-            if gates.dtype == torch.bool or gates.is_complex() or gates.shape != (cfg.num_layers, cfg.num_heads):
+            if gates.dtype == torch.bool or gates.is_complex() or gates.shape != (cfg.num_layers, cfg.num_heads) \
+                    or not bool(((gates >= 0) & (gates <= 1)).all()):
                 raise ValueError(f"head_mask must have shape (N, H) = ({cfg.num_layers}, {cfg.num_heads}) and real "
-                                 f"gates, got {gates.dtype} of shape {tuple(gates.shape)}")
+                                 f"gates in [0, 1], got {gates.dtype} of shape {tuple(gates.shape)}: {gates.tolist()!s:.60}")
+            gates = gates.to(self.unembedding.weight.dtype)
         if cache is None:
             lens = torch.arange(1, L + 1).expand(B, L)  # (B, L): causal, query i sees keys 0..i
             if valid_lens is not None:

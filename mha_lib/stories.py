@@ -410,7 +410,7 @@ def check_stories(stories: object, name: str = "stories", *, predict: bool = Fal
     """``stories`` as a list if it is a non-empty sequence of :class:`Story` each with at least
     one token (with ``predict``, one of them with two: something to predict), else a ValueError
     naming ``name``."""
-    if isinstance(stories, (Story, str, bytes, Mapping)) or not isinstance(stories, Iterable):
+    if isinstance(stories, (Story, str, bytes, Mapping, Tensor)) or not isinstance(stories, Iterable):
         raise ValueError(f"{name} must be a non-empty list of Story, got {type(stories).__name__}")
     stories = list(stories)
     bad = next((k for k, s in enumerate(stories) if not isinstance(s, Story) or not s.tokens), None)
