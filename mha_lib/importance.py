@@ -276,12 +276,12 @@ def spearman(a: Tensor | Sequence[float], b: Tensor | Sequence[float]) -> float:
 
 def _check_scores(x: object, name: str, min_len: int) -> Tensor:
     """Return ``x`` as a 1-D float64 tensor of finite real numbers with ``min_len`` entries or more."""
+    if isinstance(x, Tensor) and x.is_meta:
+        raise ValueError(f"{name} must hold values, got a tensor on the meta device")
     try:
         t = torch.as_tensor(x)
     except (TypeError, ValueError, RuntimeError) as err:
         raise ValueError(f"{name} must be a 1-D tensor or list of numbers: {err}") from None
-    if t.is_meta:
-        raise ValueError(f"{name} must hold values, got a tensor on the meta device")
     if t.dtype == torch.bool or t.is_complex() or t.dim() != 1 or t.numel() < min_len:
         raise ValueError(
             f"{name} must be 1-D real numbers with at least {min_len} entries, "
