@@ -98,6 +98,10 @@ def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None
         attn = LlamaAttention(HFLlamaConfig(**sizes), layer_idx=0)
     else:
         check_positive_int(sliding_window, "sliding_window")
+        if sizes["attention_bias"]:
+            raise ValueError("gqa has biases, which MistralAttention does not have: pass "
+                             "sliding_window=None for a LlamaAttention (attention_bias=True)")
+        del sizes["attention_bias"]
         attn = MistralAttention(MistralConfig(sliding_window=sliding_window, **sizes), layer_idx=0)
     weight = gqa.W_q.weight
     attn = attn.to(dtype=weight.dtype, device=weight.device)
@@ -128,11 +132,13 @@ def from_hf_llama(model: nn.Module) -> LlamaLM:
     D, H, Hkv, _ = _check_config(cfg, "model.config")
     if cfg.hidden_act != "silu":
         raise ValueError(f"model.config.hidden_act must be 'silu' (SwiGLU), got {cfg.hidden_act!r}")
-    mlp_bias = getattr(cfg, "mlp_bias", False)
+    mlp_bias = model.model.layers[0].mlp.gate_proj.bias is not None if cfg.num_hidden_layers else False
+    hf_attention_bias = getattr(cfg, "attention_bias", False)  # (Mistral has none)
     window = getattr(cfg, "sliding_window", None) if isinstance(model, MistralForCausalLM) else None
     config = LlamaConfig(vocab_size=cfg.vocab_size, d_model=D, num_heads=H, num_kv_heads=Hkv,
                          num_layers=cfg.num_hidden_layers, d_ff=cfg.intermediate_size,
-                         eps=cfg.rms_norm_eps, attention_bias=cfg.attention_bias,
+                         eps=cfg.rms_norm_eps,
+                         attention_bias=hf_attention_bias,
                          mlp_bias=mlp_bias, sliding_window=window)
     weight = model.lm_head.weight
     lm = LlamaLM(config).to(dtype=weight.dtype, device=weight.device)
