@@ -33,7 +33,14 @@ from mha_lib._modes import eval_mode
 from mha_lib.attention import check_qkv
 from mha_lib.multihead import MultiHeadAttention
 
-__all__ = ["circuit_ranks", "head_writes", "ov_circuits", "qk_circuits", "scores_from_circuits"]
+__all__ = [
+    "circuit_ranks",
+    "composition_scores",
+    "head_writes",
+    "ov_circuits",
+    "qk_circuits",
+    "scores_from_circuits",
+]
 
 
 def qk_circuits(mha: MultiHeadAttention) -> Tensor:
@@ -122,6 +129,50 @@ def head_writes(mha: MultiHeadAttention, queries: Tensor, keys: Tensor, values: 
     W_OV = ov_circuits(mha).to(values.dtype)  # (H, D, Dv)
     # (B, H, Lq, Lk) @ (B, 1, Lk, Dv) @ (H, Dv, D) -> (B, H, Lq, D)
     return weights @ values[:, None] @ W_OV.transpose(-2, -1)
+
+
+def composition_scores(earlier: MultiHeadAttention, later: MultiHeadAttention,
+                       kind: str = "k") -> Tensor:
+    """How much each head of ``later`` reads what each head of ``earlier`` writes, from weights.
+
+    A head of ``earlier`` writes ``x W_OV^T`` into the residual stream; a head of ``later``
+    reads the stream through its queries (Q-composition), its keys (K-composition, the
+    mechanism of induction heads) or its values (V-composition). The score is the Frobenius
+    norm of the product of the two circuits, divided by the product of their norms
+    (Elhage et al., 2021): 1 when the writer's output lies where the reader looks, near
+    ``1 / sqrt(D)``-ish values for unrelated random matrices.
+
+    * ``kind="k"``: ``||W_QK^later W_OV^earlier|| / (||W_QK^later|| ||W_OV^earlier||)``;
+    * ``kind="q"``: ``||W_OV^earlier^T W_QK^later|| / (...)``;
+    * ``kind="v"``: ``||W_OV^later W_OV^earlier|| / (...)``.
+
+    Shapes:
+        returns: (H_later, H_earlier), row ``h2`` the reading head, column ``h1`` the writer.
+
+    Raises:
+        ValueError: layers that are not bias-free MultiHeadAttention, widths that do not
+            match (the writer's output D must be the reader's input size), another kind.
+    """
+    if kind not in ("q", "k", "v"):
+        raise ValueError(f"kind must be 'q', 'k' or 'v', got {kind!r}")
+    _check_layer(earlier)
+    _check_layer(later)
+    reads = {"q": later.W_q, "k": later.W_k, "v": later.W_v}[kind].in_features
+    if earlier.W_o.out_features != reads:
+        raise ValueError(f"later's {kind} input size ({reads}) must equal earlier's output width "
+                         f"({earlier.W_o.out_features}): the two layers share a residual stream")
+    W_OV = ov_circuits(earlier)[None]  # (1, H1, D, Dv)
+    if kind == "v":
+        reader = ov_circuits(later)[:, None]  # (H2, 1, D, D)
+        product = reader @ W_OV  # (H2, H1, D, Dv)
+    elif kind == "k":
+        reader = qk_circuits(later)[:, None]  # (H2, 1, Dq, D)
+        product = reader @ W_OV  # (H2, H1, Dq, Dv)
+    else:
+        reader = qk_circuits(later)[:, None]  # (H2, 1, D, Dk)
+        product = W_OV.transpose(-2, -1) @ reader  # (H2, H1, Dv, Dk)
+    norms = torch.linalg.matrix_norm(reader) * torch.linalg.matrix_norm(W_OV)  # (H2, H1)
+    return torch.linalg.matrix_norm(product) / norms
 
 
 def _check_layer(mha: object) -> tuple[int, int]:

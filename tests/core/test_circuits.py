@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from mha_lib import MultiHeadAttention, split_heads
 from mha_lib.circuits import (
     circuit_ranks,
+    composition_scores,
     head_writes,
     ov_circuits,
     qk_circuits,
@@ -58,3 +59,38 @@ def test_bad_input():
         scores_from_circuits(mha, torch.randn(1, 2, 3), torch.randn(1, 2, 4))
     with pytest.raises(ValueError, match="circuits"):
         circuit_ranks(torch.randn(3, 3))
+
+
+@pytest.mark.parametrize("kind", ["q", "k", "v"])
+def test_composition_scores(kind):
+    torch.manual_seed(0)
+    first, second = (MultiHeadAttention(12, 12, 12, 12, 3, 0.0) for _ in range(2))
+    scores = composition_scores(first, second, kind)
+    assert scores.shape == (3, 3) and (scores > 0).all() and (scores <= 1).all()
+    QK, OV1, OV2 = qk_circuits(second), ov_circuits(first), ov_circuits(second)
+    for h2 in range(3):
+        for h1 in range(3):
+            reader = OV2[h2] if kind == "v" else QK[h2]
+            product = {"q": OV1[h1].T @ QK[h2], "k": QK[h2] @ OV1[h1], "v": OV2[h2] @ OV1[h1]}[kind]
+            expected = product.norm() / (reader.norm() * OV1[h1].norm())
+            torch.testing.assert_close(scores[h2, h1], expected)
+
+
+def test_composition_of_aligned_heads_is_one():
+    torch.manual_seed(0)
+    first, second = (MultiHeadAttention(4, 4, 4, 4, 1, 0.0) for _ in range(2))
+    with torch.no_grad():  # rank-one circuits that line up: W_QK = a b^T, W_OV = b c^T
+        a, b, c = torch.randn(4), torch.randn(4), torch.randn(4)
+        for w in (first.W_q, first.W_k, first.W_v, first.W_o, second.W_q, second.W_k):
+            w.weight.zero_()
+        second.W_q.weight[0], second.W_k.weight[0] = a, b
+        first.W_o.weight[:, 0], first.W_v.weight[0] = b, c
+    torch.testing.assert_close(composition_scores(first, second, "k"), torch.ones(1, 1))
+
+
+def test_composition_bad_input():
+    mha = MultiHeadAttention(4, 4, 4, 4, 2, 0.0)
+    with pytest.raises(ValueError, match="kind"):
+        composition_scores(mha, mha, "x")
+    with pytest.raises(ValueError, match="residual"):
+        composition_scores(mha, MultiHeadAttention(6, 4, 4, 4, 2, 0.0), "k")
