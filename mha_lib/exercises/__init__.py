@@ -32,7 +32,8 @@ Adding a checker ``check_x``:
 2. the checker, in the module of its chapters (or a new module of that kind, each under 600
    lines): a mistake model ``_x_variant(..., spec)`` that is the reference for ``spec == {}``,
    a list of ``runner.Case``, and ``return runner.run_cases("check_x", cases, settings,
-   general_hint)``; export it below;
+   general_hint)``, the function decorated with ``@runner.checker`` (it refuses an answer that
+   cannot be called and reports whatever still escapes); export it below;
 3. its families in ``grading.CHECKER_FAMILIES`` (without it the exercise gets no partial
    credit cell), then ``python -m mha_lib.book.assignments mark chapters/*.ipynb``.
 

@@ -74,6 +74,12 @@ _CRASH_MARKERS = (
     "has no attribute",
     "weight shape",
     "bias although",
+    "on the meta device",
+    "on the device",
+    "tensor of dtype",
+    "cannot read",
+    "can be called",
+    "could not finish",
 )
 _UNEXPLAINED_MARKERS = ("match none of the classic mistakes", "may hide one more mistake")
 

@@ -174,7 +174,7 @@ def _visible(page, selector: str) -> bool:
     return page.evaluate(_VISIBLE_JS, selector)
 
 
-def _becomes(page, selector: str, visible: bool, timeout_ms: int = 3_000) -> bool:
+def _becomes(page, selector: str, visible: bool, timeout_ms: int = 30_000) -> bool:
     """Wait (the theme animates its sidebars) until the element is (not) visible; False if never."""
     try:
         page.wait_for_function(f"(s) => ({_VISIBLE_JS})(s) === {str(visible).lower()}",
