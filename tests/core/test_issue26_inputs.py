@@ -90,3 +90,18 @@ def test_grouped_query_attention_meets_a_nan_query_alike_on_both_paths(need_weig
     both = layer(q, x, x, need_weights=True)[0]
     torch.testing.assert_close(fused, both, equal_nan=True)
     assert torch.isnan(fused[0, 1]).all() and torch.isfinite(fused[0, [0, 2]]).all()
+
+
+def test_the_other_libraries_conventions_give_finite_outputs_for_scores_that_overflow():
+    """Chapter 5's dialects: float32 inputs x 1e20 made their scores inf and their outputs NaN."""
+    from mha_lib.variants import ColumnMajorMultiHeadAttention, EinsumMultiHeadAttention, scaled_dot_product
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 8) * 1e20
+    out, _ = scaled_dot_product(x, x, x)
+    assert torch.isfinite(out).all()
+    einsum = EinsumMultiHeadAttention(2, 8, 4, 4, dropout=0.0).eval()
+    assert torch.isfinite(einsum(x, x, x)[1]).all()  # its weights; its output ends in nn.LayerNorm,
+    assert torch.isfinite(einsum(x / 100, x / 100, x / 100)[0]).all()  # whose squares overflow past 1e19
+    column = ColumnMajorMultiHeadAttention(8, 2).eval()
+    assert torch.isfinite(column(x[0].T)).all()
