@@ -18,6 +18,7 @@ __all__ = [
     "check_bool",
     "check_not_meta",
     "check_positive_int",
+    "check_positive_number",
     "check_probability",
     "check_size",
     "check_tensor",

@@ -19,7 +19,13 @@ from typing import Sequence
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mha_lib._checks import check_bool, check_positive_int, check_probability, check_tensor
+from mha_lib._checks import (
+    check_bool,
+    check_positive_int,
+    check_positive_number,
+    check_probability,
+    check_tensor,
+)
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.multihead import MultiHeadAttention
 
@@ -67,8 +73,11 @@ class TransformerBlock(nn.Module):
         rope: bool = False,
     ) -> None:
         super().__init__()
+        check_positive_int(d_model, "d_model")  # (the attention layer would name its key_size)
+        check_positive_int(num_heads, "num_heads")
         check_positive_int(d_ff, "d_ff")
         check_probability(dropout, "dropout")
+        layer_norm_eps = check_positive_number(layer_norm_eps, "layer_norm_eps")
         self.norm_first = check_bool(norm_first, "norm_first")
         check_bool(rope, "rope")
         if num_kv_heads is not None or rope:

@@ -129,7 +129,7 @@ class LayerCache(AttentionCache):
             returns: keys and values (B, H, L + n, d), views of the storage.
 
         Raises:
-            ValueError: keys or values not 4-D, of different shapes, or not matching what is
+            ValueError: keys or values not 4-D, of different shapes, dtypes or devices, or not matching what is
                 cached (batch size, number of heads, head size, dtype, device); positions of
                 another shape or out of range.
         """
@@ -139,6 +139,11 @@ class LayerCache(AttentionCache):
             raise ValueError(
                 f"keys and values must have one shape (B, H, n, d), got {tuple(keys.shape)} "
                 f"and {tuple(values.shape)}"
+            )
+        if values.dtype != keys.dtype or values.device != keys.device:  # (the cache stores one dtype)
+            raise ValueError(
+                f"values must have the dtype and device of the keys ({keys.dtype} on {keys.device}), "
+                f"got {values.dtype} on {values.device}: convert one with .to(...)"
             )
         B, H, n, d = keys.shape
         if self._keys is not None:

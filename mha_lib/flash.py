@@ -18,7 +18,6 @@ Only a (B, Lq, b) block of scores exists at any time, never the (B, Lq, Lk) matr
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -26,7 +25,7 @@ import torch
 from torch import Tensor
 
 from mha_lib._checks import check_positive_int
-from mha_lib.attention import check_qkv
+from mha_lib.attention import check_qkv, score_operands
 from mha_lib.masking import mask_from_valid_lens, read_valid_lens
 
 __all__ = ["OnlineSoftmaxState", "online_softmax_blocks", "tiled_attention", "tiled_attention_steps"]
@@ -40,6 +39,8 @@ class OnlineSoftmaxState:
         running_max: (B, Lq), the largest valid score so far (the lowest float if none yet)
         running_sum: (B, Lq), sum of exp(score - running_max) over the valid keys so far
         accumulator: (B, Lq, dv), sum of exp(score - running_max) * value
+
+    In float32 for half-precision inputs (as the scores: see ``mha_lib.attention.score_operands``).
     """
 
     keys_seen: int
@@ -61,12 +62,7 @@ class OnlineSoftmaxState:
 def _check(queries, keys, values, valid_lens, block_size):
     """The checks of :func:`online_softmax_blocks`; returns the valid lengths (checked, on the
     queries' device: one host read) and the block size."""
-    check_qkv(queries, keys, values)
-    if queries.shape[-1] != keys.shape[-1]:
-        raise ValueError(
-            "queries and keys must have the same feature size d, got "
-            f"{queries.shape[-1]} and {keys.shape[-1]}"
-        )
+    check_qkv(queries, keys, values, dot=True)
     block_size = check_positive_int(block_size, "block_size")
     B, Lq, _ = queries.shape
     valid_lens, _ = read_valid_lens(valid_lens, B, Lq, keys.shape[1], device=queries.device)
@@ -89,11 +85,12 @@ def online_softmax_blocks(
     valid_lens, block_size = _check(queries, keys, values, valid_lens, block_size)
     B, Lq, d = queries.shape
     Lk = keys.shape[1]
-    lowest = torch.finfo(queries.dtype).min
-    m = queries.new_full((B, Lq), lowest)  # running max
-    s = queries.new_zeros(B, Lq)  # running sum
-    acc = queries.new_zeros(B, Lq, values.shape[-1])  # running weighted sum
-    q = queries / math.sqrt(d)
+    q, keys = score_operands(queries, keys)  # Q / sqrt(d) (scores that cannot overflow), K
+    values = values.to(q.dtype)  # (float32 for half precision, as the scores)
+    lowest = torch.finfo(q.dtype).min
+    m = q.new_full((B, Lq), lowest)  # running max
+    s = q.new_zeros(B, Lq)  # running sum
+    acc = q.new_zeros(B, Lq, values.shape[-1])  # running weighted sum
     # Blocks past the longest valid length hold no key anybody may see: stop there.
     end = Lk if valid_lens is None else _longest(valid_lens)
     for start in range(0, end, block_size):
@@ -153,7 +150,7 @@ def tiled_attention(
     """
     for state in online_softmax_blocks(queries, keys, values, valid_lens, block_size=block_size):
         pass
-    return state.output
+    return state.output.to(values.dtype)
 
 
 def tiled_attention_steps(

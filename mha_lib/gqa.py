@@ -35,7 +35,7 @@ from mha_lib._checks import (
     check_probability,
     quiet_when_traced,
 )
-from mha_lib.attention import FiniteDotProductAttention, check_qkv
+from mha_lib.attention import FiniteDotProductAttention, check_qkv, score_operands
 from mha_lib.heads import merge_heads, split_heads
 from mha_lib.masking import check_positions, softmax_over_kept
 from mha_lib.multihead import (
@@ -46,6 +46,7 @@ from mha_lib.multihead import (
     check_head_mask,
     check_head_shapes,
     read_lens_and_gates,
+    read_lens_and_rule,
 )
 from mha_lib.positions import rotary
 
@@ -83,12 +84,14 @@ def grouped_attention(
     g = H // Hkv
     q = q.reshape(B, Hkv, g, Lq, d)  # (B, H, Lq, d) -> (B, Hkv, g, Lq, d)
     k, v = k[:, :, None], v[:, :, None]  # (B, Hkv, Lk, d) -> (B, Hkv, 1, Lk, d)
-    scores = (q / math.sqrt(d)) @ k.transpose(-1, -2)  # (B, Hkv, g, Lq, Lk)
+    q_s, k_s = score_operands(q, k)  # q / sqrt(d) and k (scores that cannot overflow)
+    scores = q_s @ k_s.transpose(-1, -2)  # (B, Hkv, g, Lq, Lk)
     if keep is None:
         weights = torch.softmax(scores, dim=-1)
     else:
         keep = keep.expand(B, H, Lq, Lk).reshape(B, Hkv, g, Lq, Lk)  # (B, H, ..) -> (B, Hkv, g, ..)
         weights = softmax_over_kept(scores, keep)
+    weights = weights.to(v.dtype)
     out = (weights if dropout is None else dropout(weights)) @ v  # (B, Hkv, g, Lq, Lk) @ (B, Hkv, 1, Lk, d) -> (B, Hkv, g, Lq, d)
     # (B, Hkv, g, Lq, .) -> (B, H, Lq, .)
     return out.reshape(B, H, Lq, d), weights.reshape(B, H, Lq, Lk)
@@ -180,7 +183,7 @@ class GroupedQueryAttention(nn.Module):
             ValueError: inputs that do not fit (sizes, dtype, device), bad valid lengths, head
                 mask, cache or positions.
         """
-        valid_lens, gates = self._check_forward(
+        valid_lens, gates, nonfinite = self._check_forward(
             queries, keys, values, valid_lens, need_weights, head_mask, cache, positions)
         H, Hkv = self.num_heads, self.num_kv_heads
         q = split_heads(self.W_q(queries), H)  # (B, Lq, D) -> (B, H, Lq, d)
@@ -191,7 +194,7 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:  # decoding: the cached positions are keys too
             k, v, valid_lens = cached_keys_values(cache, k, v, valid_lens, positions)
         out, weights = attend_heads(q, k, v, valid_lens, self.attention, need_weights=need_weights,
-                                    gates=gates)  # out: (B, H, Lq, d)
+                                    gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
         output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
         return (output, weights) if need_weights else output
 
@@ -210,8 +213,9 @@ class GroupedQueryAttention(nn.Module):
     @quiet_when_traced
     def _check_forward(self, queries, keys, values, valid_lens, need_weights, head_mask, cache,
                        positions):
-        """The checks of :meth:`forward` (at most one host read: valid lengths, head gates);
-        returns the checked valid lengths (or None) and the head gates (B, H) (or None)."""
+        """The checks of :meth:`forward` (at most one host read: valid lengths, head gates,
+        whether the inputs are finite); returns the checked valid lengths (or None), the head
+        gates (B, H) (or None) and the rule for non-finite inputs (as MultiHeadAttention's)."""
         check_qkv(queries, keys, values)
         check_bool(need_weights, "need_weights")
         D, weight = self.W_q.in_features, self.W_q.weight
@@ -225,10 +229,12 @@ class GroupedQueryAttention(nn.Module):
                 )
         B, Lq, _ = queries.shape
         gates = check_head_mask(head_mask, self.num_heads, B, queries)
-        num_keys = keys.shape[1]
-        if cache is not None:
+        if cache is not None:  # (no rule for non-finite inputs with a cache)
             num_keys = check_cached_attention(cache, queries, keys, positions)
-        elif positions is not None:
+            valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
+                                                device=queries.device)
+            return valid_lens, gates, None
+        if positions is not None:
             if not self.rope:
                 raise ValueError("positions are used with rope=True or with a cache, got neither")
             check_positions(positions, B, Lq)
@@ -237,9 +243,8 @@ class GroupedQueryAttention(nn.Module):
                     "positions place the queries and, in self-attention, the keys: with "
                     f"{Lq} queries but {keys.shape[1]} keys, leave positions=None"
                 )
-        valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
-                                            device=queries.device)
-        return valid_lens, gates
+        valid_lens, nonfinite = read_lens_and_rule(queries, keys, values, valid_lens, gates)
+        return valid_lens, gates, nonfinite
 
 
 def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAttention:

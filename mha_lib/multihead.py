@@ -18,12 +18,12 @@ attend with the mask, merge the heads, ``W_o``. Everything around it has a name 
   fused kernel (fast path), or ``DotProductAttention`` on the folded heads when the weights are
   wanted;
 * :func:`cached_keys_values`, decoding with a KV cache (chapter 9);
-* :class:`_NonFiniteRule`, the rule for NaN and infinite inputs.
+* :class:`mha_lib.attention.NonFiniteRule`, the rule for NaN and infinite inputs.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +38,14 @@ from mha_lib._checks import (
     quiet_when_traced,
     tracing,
 )
-from mha_lib.attention import DotProductAttention, FiniteDotProductAttention, check_qkv
+from mha_lib.attention import (
+    DotProductAttention,
+    FiniteDotProductAttention,
+    NonFiniteRule,
+    all_finite,
+    check_qkv,
+    fit_queries,
+)
 from mha_lib.heads import merge_heads, split_heads
 from mha_lib.masking import CheckedLens, check_positions, mask_from_valid_lens, read_valid_lens
 
@@ -51,6 +58,7 @@ __all__ = [
     "check_head_mask",
     "check_head_shapes",
     "read_lens_and_gates",
+    "read_lens_and_rule",
 ]
 
 
@@ -139,7 +147,7 @@ class MultiHeadAttention(nn.Module):
         the first cached position, as :func:`cached_keys_values` explains.
 
         A NaN or infinite input reaches only the output rows (and weights) of the queries that
-        may attend to it: those rows are NaN (see :class:`_NonFiniteRule`).
+        may attend to it: those rows are NaN (see :class:`NonFiniteRule`).
 
         Returns:
             output (B, Lq, D), or ``(output, weights)`` with weights (B, H, Lq, Lk).
@@ -174,15 +182,8 @@ class MultiHeadAttention(nn.Module):
             return valid_lens, gates, None
         if positions is not None:
             raise ValueError("positions place new tokens in a cache: pass cache= too")
-        if valid_lens is None:  # the rule works on the device: no host read for it
-            read_lens_and_gates(None, B, Lq, keys.shape[1], gates)  # (the gates only)
-            return None, gates, _NonFiniteRule.of(queries, keys, values, None)
-        valid_lens, (finite,) = read_lens_and_gates(valid_lens, B, Lq, keys.shape[1], gates,
-                                                    _all_finite(queries, keys, values),
-                                                    device=queries.device)
-        if finite:  # read together with the valid lengths
-            return valid_lens, gates, None
-        return valid_lens, gates, _NonFiniteRule.of(queries, keys, values, valid_lens)
+        valid_lens, nonfinite = read_lens_and_rule(queries, keys, values, valid_lens, gates)
+        return valid_lens, gates, nonfinite
 
     def check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
         """Raise a ``ValueError`` unless the inputs fit this module.
@@ -219,7 +220,7 @@ def attend_heads(
     *,
     need_weights: bool = False,
     gates: Tensor | None = None,
-    nonfinite: _NonFiniteRule | None = None,
+    nonfinite: NonFiniteRule | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """The attention of every head at once: the one computation all attention layers share.
 
@@ -253,6 +254,7 @@ def attend_heads(
     valid_lens = _check_heads(q, k, v, valid_lens, attention, need_weights, gates)
     if nonfinite is not None:
         k, v = nonfinite.usable(k), nonfinite.usable(v)
+    q = fit_queries(q, k)  # query rows whose scores could overflow: scaled down (see there)
     if valid_lens is not None and valid_lens.lowest == k.shape[2]:
         valid_lens = None  # every query may attend to every key: no mask needed
     if need_weights:
@@ -414,6 +416,30 @@ def read_lens_and_gates(
     return valid_lens, values[len(flags):]
 
 
+def read_lens_and_rule(
+    queries: Tensor, keys: Tensor, values: Tensor, valid_lens: object, gates: Tensor | None
+) -> tuple[CheckedLens | None, NonFiniteRule | None]:
+    """:func:`read_lens_and_gates` for an attention layer without a cache, and its rule for NaN
+    and infinite inputs (:class:`NonFiniteRule`, or None when every input is finite).
+
+    Without valid lengths the rule is worked out on the device (no host read); with them,
+    whether the inputs are finite is read together with the lengths (one host read).
+
+    Shapes:
+        queries: (B, Lq, .); keys, values: (B, Lk, .), the layer's inputs.
+    """
+    B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
+    if valid_lens is None:
+        read_lens_and_gates(None, B, Lq, Lk, gates)  # (the gates only)
+        return None, NonFiniteRule.of(queries, keys, values, None)
+    valid_lens, (finite,) = read_lens_and_gates(valid_lens, B, Lq, Lk, gates,
+                                                all_finite(queries, keys, values),
+                                                device=queries.device)
+    if finite:  # read together with the valid lengths
+        return valid_lens, None
+    return valid_lens, NonFiniteRule.of(queries, keys, values, valid_lens)
+
+
 # --- decoding with a KV cache (chapter 9) --------------------------------------------------------
 
 
@@ -501,74 +527,3 @@ def cached_keys_values(
         lens = torch.minimum(lens, given)  # (B, n) vs (B, n or 1) -> (B, n)
         lowest = None if valid_lens.lowest is None else min(lowest, valid_lens.lowest)
     return k_all, v_all, CheckedLens(lens, lowest, None)
-
-
-# --- the rule for NaN and infinite inputs ----------------------------------------------------------
-
-
-def _sum(x: Tensor, dim: int | tuple[int, ...] | None = None) -> Tensor:
-    """Sum of ``x`` (over ``dim``), in float32 at least: inf or NaN exactly when an entry is.
-
-    (Unless the sum of finite entries overflows: in float32 that takes entries near 1e36,
-    whose scores would overflow anyway. Half-precision inputs are summed in float32.)
-    """
-    dtype = torch.float32 if x.element_size() < 4 else None
-    return x.sum() if dim is None and dtype is None else x.sum(dim, dtype=dtype)
-
-
-def _all_finite(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:
-    """0-d bool: every input entry is finite (three fast sums, see :func:`_sum`)."""
-    return torch.isfinite(_sum(queries) + _sum(keys) + _sum(values))
-
-
-class _NonFiniteRule(NamedTuple):
-    """The rule for NaN and inf inputs, the same on both paths of ``MultiHeadAttention``.
-
-    A query's output row (and its weights) is NaN when the query itself, or a key or value it
-    may attend to, holds a NaN or an infinity (and the query attends to something); an infinity
-    or NaN in a key or value that the query may *not* attend to does not reach it.
-
-    :meth:`of` works the rule out on the device, without reading a value (no host
-    synchronisation): ``spoil`` adds 0 to the rows that follow it and NaN to the broken ones,
-    and ``usable`` zeroes the keys and values that hold a non-finite number (which a masked
-    query would otherwise meet in the kernels' additive masks: x - inf is NaN for x = inf).
-
-    Attributes:
-        nan_rows: (B, Lq), 0 or NaN.
-        usable_kv: (B, Lk) bool, the key-value pairs with finite entries; None when no pair
-            needs zeroing (without valid lengths every query that may attend to a pair is
-            broken by it anyway).
-    """
-
-    nan_rows: Tensor
-    usable_kv: Tensor | None
-
-    @classmethod
-    def of(cls, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: CheckedLens | None):
-        """The rule for these inputs (None when no key could break a row: Lk = 0)."""
-        B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
-        if Lk == 0:
-            return None  # every query attends to nothing: zeros
-        if valid_lens is None:  # every query may attend to every key of its example
-            used = _sum(keys, (1, 2)) + _sum(values, (1, 2))  # (B,)
-            rows = _sum(queries, -1) + used[:, None]  # (B, Lq): finite iff all it uses is
-            return cls((rows * 0).to(queries.dtype), None)  # finite * 0 = 0; inf, NaN * 0 = NaN
-        finite_q = torch.isfinite(queries).all(-1)  # (B, Lq)
-        finite_kv = torch.isfinite(keys).all(-1) & torch.isfinite(values).all(-1)  # (B, Lk)
-        lens = valid_lens.lens
-        lens = lens[:, None] if lens.dim() == 1 else lens  # (B, 1) or (B, Lq)
-        first_bad = finite_kv.long().cumprod(-1).sum(-1, keepdim=True)  # (B, 1): finite prefix
-        broken = (lens > first_bad) | (~finite_q & (lens > 0))  # (B, Lq)
-        nan_rows = torch.zeros(B, Lq, dtype=queries.dtype, device=queries.device)
-        return cls(nan_rows.masked_fill(broken, float("nan")), finite_kv)
-
-    def spoil(self, x: Tensor, inplace: bool = False) -> Tensor:
-        """x + NaN on the broken rows: x (B, H, Lq, ...) with the rows of (B, Lq)."""
-        rows = self.nan_rows[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
-        return x.add_(rows) if inplace else x + rows
-
-    def usable(self, x: Tensor) -> Tensor:
-        """Keys or values (B, Hkv, Lk, d) with the non-finite pairs zeroed."""
-        if self.usable_kv is None:
-            return x
-        return torch.where(self.usable_kv[:, None, :, None], x, 0.0)  # (B, Lk) -> (B, 1, Lk, 1)
