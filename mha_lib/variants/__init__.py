@@ -5,12 +5,13 @@ converts its weights from (and, where the designs match, to) :class:`mha_lib.Mul
 so that the chapter and the tests can assert that the outputs are equal. A converted module
 keeps the training mode of its source (equalities hold in eval mode, where dropout is off).
 
-* :class:`EinsumMultiHeadAttention`: einsum/einops notes (Transformer-XL era), head-major
-  layout (H, B, L, d), separate d_k and d_v, residual connection and LayerNorm.
+* :class:`EinsumMultiHeadAttention`: einsum/einops notes (after the module of
+  attention-is-all-you-need-pytorch), head-major layout (H, B, L, d), separate d_k and d_v,
+  residual connection and LayerNorm.
 * :class:`HaikuStyleMultiheadAttention`: the JAX/Haiku tutorial, layout (B, H, L, d), a mask
   broadcast over the heads.
 * :class:`ColumnMajorMultiHeadAttention`: GeometricMachineLearning.jl, tokens as columns
-  (N, T), per-head projections that may live on the Stiefel manifold.
+  (D, L) per example, per-head projections that may live on the Stiefel manifold.
 
 Mask conventions are converted with the named helpers of :mod:`mha_lib.masking`.
 """

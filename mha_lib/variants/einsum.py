@@ -1,4 +1,9 @@
-"""Multi-head attention written with einsum and einops, as in Transformer-XL-era study notes.
+"""Multi-head attention written with einsum and einops, as in the einsum study notes.
+
+The notes rewrite the attention module of the widely copied ``attention-is-all-you-need-pytorch``
+repository (jadore801120): its names ``w_qs``, ``w_ks``, ``w_vs``, ``fc``, its initialisation,
+residual and LayerNorm, with the heads in front of the batch. They cite Transformer-XL, whose own
+code keeps the heads last (``einsum('ibnd,jbnd->ijbn')``).
 
 Shape legend
     B       batch size
@@ -10,8 +15,9 @@ Shape legend
     d_model width of the inputs and of the output
 
 What differs from :class:`mha_lib.MultiHeadAttention`: the heads sit on a leading axis,
-(H, B, L, d), instead of being folded into the batch; queries/keys and values may have
-different head sizes; and the block ends with dropout, a residual connection and LayerNorm:
+(H, B, L, d), instead of after the batch, (B, H, L, d), or folded into it, (B*H, L, d), on the
+path that returns the weights; queries/keys and values may have different head sizes; and
+the block ends with dropout, a residual connection and LayerNorm:
 ``LayerNorm(dropout(fc(concat)) + q)``. The mask is boolean with ``True`` = masked (the
 convention of ``nn.MultiheadAttention`` and of the notes).
 """
