@@ -17,6 +17,7 @@ kind                                    query ``i`` of example ``b`` may see key
 :func:`prefix_lm` ``(p)``               ``j <= i`` or ``j < p`` (the prefix sees itself both ways)
 :func:`sinks` ``(n)``                   ``j < n`` and ``j <= i`` (the first n keys, for every query
                                         at or after them: StreamingLLM's attention sinks)
+:func:`chunked` ``(c)``                 ``j <= i`` in the same chunk of c positions (Llama 4)
 ======================================  ============================================================
 
 so that StreamingLLM is ``sliding_window(w) | sinks(4)`` and packed causal training is
@@ -42,12 +43,13 @@ Shape legend
 """
 
 from mha_lib.masks._base import Mask, TileMap
-from mha_lib.masks.kinds import causal, document, padding, prefix_lm, sinks, sliding_window
+from mha_lib.masks.kinds import causal, chunked, document, padding, prefix_lm, sinks, sliding_window
 
 __all__ = [
     "Mask",
     "TileMap",
     "causal",
+    "chunked",
     "document",
     "padding",
     "prefix_lm",

@@ -14,7 +14,7 @@ from mha_lib._checks import as_tensor, check_positive_int, check_size
 from mha_lib.lengths import CheckedLens, read_valid_lens
 from mha_lib.masks._base import Mask, _Index
 
-__all__ = ["causal", "document", "padding", "prefix_lm", "sinks", "sliding_window"]
+__all__ = ["causal", "chunked", "document", "padding", "prefix_lm", "sinks", "sliding_window"]
 
 
 # --- the kinds that depend only on positions ------------------------------------------------------
@@ -92,6 +92,35 @@ def sinks(num_sinks: int) -> Mask:
         ValueError: ``num_sinks`` not an integer >= 0.
     """
     return _Sinks(num_sinks)
+
+
+class _Chunked(Mask):
+    def __init__(self, chunk_size: int) -> None:
+        self.chunk_size = check_positive_int(chunk_size, "chunk_size")
+
+    def _keep(self, ix):
+        i, j = ix.pairs()
+        return (j <= i) & (j // self.chunk_size == i // self.chunk_size)
+
+    def _tiles(self, ix):
+        q_lo, q_hi, k_lo, k_hi = ix.position_ranges()
+        c = self.chunk_size
+        hidden = (k_lo > q_hi) | (k_hi // c < q_lo // c) | (k_lo // c > q_hi // c)
+        one_chunk = (q_lo // c == q_hi // c) & (k_lo // c == q_lo // c) & (k_hi // c == q_lo // c)
+        return hidden, one_chunk & (k_hi <= q_lo)
+
+    def __repr__(self) -> str:
+        return f"chunked({self.chunk_size})"
+
+
+def chunked(chunk_size: int) -> Mask:
+    """Chunked local attention (Llama 4): the positions are cut into chunks of ``chunk_size``
+    and query i sees the keys ``j <= i`` of its own chunk (``j // chunk_size == i // chunk_size``).
+
+    Raises:
+        ValueError: ``chunk_size`` not an integer >= 1.
+    """
+    return _Chunked(chunk_size)
 
 
 # --- the kinds that carry data per example ----------------------------------------------------------

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_lib.masks import causal, document, padding, prefix_lm, sinks, sliding_window
+from mha_lib.masks import causal, chunked, document, padding, prefix_lm, sinks, sliding_window
 
 # --- the definitions, one pair (b, row, i, j) at a time: row = the query's index, i its position --
 
@@ -16,7 +16,7 @@ from mha_lib.masks import causal, document, padding, prefix_lm, sinks, sliding_w
 def _atom(draw, B, Lq, Lk, L):
     """One mask kind with random data, and its definition as a Python function."""
     kind = draw(st.sampled_from(["causal", "window", "lens", "query_lens", "document", "prefix",
-                                 "prefix_b", "sinks"]))
+                                 "prefix_b", "sinks", "chunked"]))
     if kind == "causal":
         return causal(), lambda b, r, i, j: j <= i
     if kind == "window":
@@ -37,6 +37,9 @@ def _atom(draw, B, Lq, Lk, L):
     if kind == "prefix_b":
         ps = draw(st.lists(st.integers(0, 8), min_size=B, max_size=B))
         return prefix_lm(torch.tensor(ps)), lambda b, r, i, j: j <= i or j < ps[b]
+    if kind == "chunked":
+        c = draw(st.integers(1, 5))
+        return chunked(c), lambda b, r, i, j: j <= i and j // c == i // c
     n = draw(st.integers(0, 4))
     return sinks(n), lambda b, r, i, j: j < n and j <= i
 
@@ -169,6 +172,7 @@ def test_padding_is_d2ls_valid_lengths():
         (lambda: sliding_window(0), "window"),
         (lambda: sliding_window(2.5), "window"),
         (lambda: sinks(-1), "num_sinks"),
+        (lambda: chunked(0), "chunk_size"),
         (lambda: prefix_lm(-1), "prefix_len"),
         (lambda: prefix_lm(torch.tensor([1.5])), "prefix_len"),
         (lambda: prefix_lm(torch.tensor([[1]])), "prefix_len"),
@@ -328,7 +332,7 @@ def _positional_masks(B, L):
     """Masks that mean the same at every step of decoding: they depend on positions only."""
     g = torch.Generator().manual_seed(B * 100 + L)
     ids = torch.sort(torch.randint(0, 3, (B, L), generator=g), dim=1).values
-    return [sliding_window(3), sinks(2), prefix_lm(4), prefix_lm(torch.arange(B) + 2),
+    return [sliding_window(3), sinks(2), chunked(3), prefix_lm(4), prefix_lm(torch.arange(B) + 2),
             document(ids), padding(torch.randint(0, L + 1, (B,), generator=g))]
 
 
