@@ -108,6 +108,8 @@ def fit_queries(queries: Tensor, keys: Tensor) -> Tensor:
             h // (H / Hkv), as in grouped-query attention).
         returns: queries' shape and dtype.
     """
+    _check_operands(queries=queries, keys=keys)
+    _check_leading_axes(queries, keys)
     if keys.shape[-2] == 0 or queries.shape[-1] == 0:
         return queries  # no score at all
     with torch.no_grad():
@@ -125,6 +127,40 @@ def fit_queries(queries: Tensor, keys: Tensor) -> Tensor:
     return queries * factor[..., None].to(queries.dtype)
 
 
+@quiet_when_traced
+def _check_operands(**tensors: object) -> None:
+    """Raise unless the named tensors are floating point, 2- to 5-D, of one dtype and device,
+    with one feature size (the last axis), as queries and keys that meet in a dot product."""
+    first = None
+    for name, x in tensors.items():
+        check_tensor(x, name, (2, 3, 4, 5))
+        if first is None:
+            first = (name, x)
+        elif (x.dtype, x.device, x.shape[-1]) != (first[1].dtype, first[1].device, first[1].shape[-1]):
+            raise ValueError(
+                f"{name} must have the dtype, device and feature size of the {first[0]} "
+                f"({first[1].dtype} on {first[1].device}, {first[1].shape[-1]}), got {x.dtype} on "
+                f"{x.device}, {x.shape[-1]}"
+            )
+
+
+@quiet_when_traced
+def _check_leading_axes(queries: Tensor, keys: Tensor) -> None:
+    """Raise unless the keys' leading axes broadcast to the queries' (or group their heads)."""
+    lead_q, lead_k = tuple(queries.shape[:-2]), tuple(keys.shape[:-2])
+    grouped = len(lead_q) == len(lead_k) == 2 and lead_q[0] == lead_k[0] and lead_k[1] >= 1 \
+        and lead_q[1] % lead_k[1] == 0
+    try:
+        fits = grouped or torch.broadcast_shapes(lead_q, lead_k) == lead_q
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"keys of shape {tuple(keys.shape)} do not fit queries of shape {tuple(queries.shape)}: "
+            "their leading axes must broadcast to the queries' (or be (B, Hkv) for (B, H))"
+        )
+
+
 def score_operands(queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
     """``Q / sqrt(d)`` and ``K``, ready to meet in ``Q K^T``: in :func:`_score_dtype`, the
     queries scaled by :func:`fit_queries` (scores that cannot overflow).
@@ -134,6 +170,7 @@ def score_operands(queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
     Shapes:
         queries: (..., Lq, d); keys: (..., Lk, d); returns: the same shapes.
     """
+    _check_operands(queries=queries, keys=keys)
     dtype = _score_dtype(queries.dtype)
     queries, keys = queries.to(dtype), keys.to(dtype)
     return fit_queries(queries / math.sqrt(queries.shape[-1]), keys), keys
@@ -282,6 +319,8 @@ def _sum(x: Tensor, dim: int | tuple[int, ...] | None = None) -> Tensor:
 
 def all_finite(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:
     """0-d bool: every input entry is finite (three fast sums, see :func:`_sum`)."""
+    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        check_tensor(x, name, (3, 4))
     return torch.isfinite(_sum(queries) + _sum(keys) + _sum(values))
 
 

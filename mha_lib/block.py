@@ -14,8 +14,10 @@ Shape legend
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -91,8 +93,8 @@ class TransformerBlock(nn.Module):
         self.feed_forward = nn.Sequential(
             nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
         )
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm1 = _FittedLayerNorm(d_model, eps=layer_norm_eps)  # (squares that cannot overflow)
+        self.norm2 = _FittedLayerNorm(d_model, eps=layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
@@ -168,6 +170,22 @@ class TransformerBlock(nn.Module):
         block.norm1.load_state_dict(layer.norm1.state_dict())
         block.norm2.load_state_dict(layer.norm2.state_dict())
         return block.train(layer.training)
+
+
+class _FittedLayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` that cannot overflow: a row whose squares could pass the largest float
+    (float32 entries near 1e19) is first divided by a power of two (LayerNorm does not change
+    when its input is scaled, up to ``eps``, which such rows dwarf). Ordinary rows are
+    multiplied by exactly 1: the same bits as ``nn.LayerNorm``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = torch.promote_types(x.dtype, torch.float32)  # (half precision: float32 inside)
+        with torch.no_grad():  # (B, L, D) -> (B, L, 1): the largest entry's power of two
+            top = torch.where(torch.isfinite(x), x.abs(), 0.0).amax(-1, keepdim=True).to(dtype)
+            limit = int(math.log2(torch.finfo(dtype).max)) // 2 - 8  # float32: 2**55
+            shift = (torch.frexp(top).exponent - limit).clamp(min=0)
+            factor = torch.exp2(-shift.to(dtype)).to(x.dtype)
+        return super().forward(x * factor)
 
 
 def _check_torch_layer(layer: object) -> None:

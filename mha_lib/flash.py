@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from mha_lib._checks import check_positive_int
@@ -166,7 +167,9 @@ def tiled_attention(
     nothing gets zeros) while holding only a (B, b, b) tile of scores at a time. The scores are
     cut into tiles of ``block_size`` queries by ``block_size`` keys; the mask's tile rule
     (:meth:`mha_lib.masks.Mask.tiles`) skips the tiles it hides and computes those it shows
-    fully without a mask.
+    fully without a mask. Also for NaN and inf: a non-finite value reaches every
+    query of its example (weight 0 times NaN is NaN, as in ``DotProductAttention``), a
+    non-finite key only the queries that may attend to it.
 
     Shapes:
         queries: (B, Lq, d)
@@ -194,6 +197,11 @@ def tiled_attention(
     states = tiles.states.tolist()  # (nQ, nK): 0 skip, 1 with the mask, 2 without
     q, keys = score_operands(queries, keys)  # Q / sqrt(d) (scores that cannot overflow), K
     values = values.to(q.dtype)
+    # The weights 0 of DotProductAttention meet the values of skipped tiles too: per block of
+    # keys, 0, or NaN where a value is NaN or inf. (B, Lk, dv) -> (B, nK, b, dv) -> (B, nK, dv)
+    nK = -(-Lk // block_size)
+    zeros = F.pad(values * 0, (0, 0, 0, nK * block_size - Lk))
+    zeros = zeros.reshape(B, nK, block_size, values.shape[-1]).sum(2)
     rows = []
     for r, r0 in enumerate(range(0, Lq, block_size)):
         r1 = min(r0 + block_size, Lq)
@@ -207,7 +215,9 @@ def tiled_attention(
             scores = q[:, r0:r1] @ keys[:, c0:c1].transpose(1, 2)  # (B, b, b)
             keep = None if states[r][c] == 2 else rule.block(B, (r0, r1), (c0, c1), device=q.device)
             m, s, acc = online_step(m, s, acc, scores, values[:, c0:c1], keep)
-        rows.append(OnlineSoftmaxState(Lk, m, s, acc).output)  # (B, b, dv)
+        out = OnlineSoftmaxState(Lk, m, s, acc).output  # (B, b, dv)
+        skipped = [c for c in range(nK) if states[r][c] == 0]
+        rows.append(out + zeros[:, skipped].sum(1, keepdim=True) if skipped else out)
     out = torch.cat(rows, dim=1) if rows else q.new_zeros(B, 0, values.shape[-1])  # (B, Lq, dv)
     out = out.to(queries.dtype)
     return (out, tiles) if return_tiles else out

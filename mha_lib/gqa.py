@@ -23,7 +23,6 @@ the language models that use grouped-query attention do.
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import torch
@@ -31,6 +30,7 @@ from torch import Tensor, nn
 
 from mha_lib._checks import (
     check_bool,
+    check_not_meta,
     check_positive_int,
     check_probability,
     quiet_when_traced,
@@ -83,6 +83,7 @@ def grouped_attention(
     check_head_shapes(q, k, v)
     B, H, Lq, d = q.shape
     Hkv, Lk = k.shape[1], k.shape[2]
+    _check_grouped_extras(keep, dropout, (B, H, Lq, Lk))
     g = H // Hkv
     q = q.reshape(B, Hkv, g, Lq, d)  # (B, H, Lq, d) -> (B, Hkv, g, Lq, d)
     k, v = k[:, :, None], v[:, :, None]  # (B, Hkv, Lk, d) -> (B, Hkv, 1, Lk, d)
@@ -97,6 +98,25 @@ def grouped_attention(
     out = (weights if dropout is None else dropout(weights)) @ v  # (B, Hkv, g, Lq, Lk) @ (B, Hkv, 1, Lk, d) -> (B, Hkv, g, Lq, d)
     # (B, Hkv, g, Lq, .) -> (B, H, Lq, .)
     return out.reshape(B, H, Lq, d), weights.reshape(B, H, Lq, Lk)
+
+
+def _check_grouped_extras(keep: object, dropout: object, shape: tuple[int, ...]) -> None:
+    """The checks of :func:`grouped_attention`'s ``keep`` (bool, broadcastable to (B, H, Lq, Lk))
+    and ``dropout`` (None or callable)."""
+    if keep is not None:
+        if not isinstance(keep, Tensor) or keep.dtype != torch.bool:
+            raise ValueError(
+                f"keep must be a boolean torch.Tensor, got {getattr(keep, 'dtype', type(keep).__name__)}"
+            )
+        check_not_meta(keep, "keep")
+        try:
+            fits = keep.dim() <= 4 and torch.broadcast_shapes(keep.shape, shape) == shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(f"keep must broadcast to (B, H, Lq, Lk) = {shape}, got {tuple(keep.shape)}")
+    if dropout is not None and not callable(dropout):
+        raise ValueError(f"dropout must be None or a module, got {type(dropout).__name__}")
 
 
 class GroupedQueryAttention(nn.Module):

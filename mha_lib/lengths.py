@@ -203,6 +203,9 @@ def check_positions(positions: object, batch_size: int, num_new: int) -> Tensor:
         positions: (n,) (the same for every example) or (B, n), integers.
         returns: (B, n), possibly an expanded view.
     """
+    if not tracing():  # (torch.jit.trace hands sizes over as tensors)
+        check_size(batch_size, "batch_size")
+        check_size(num_new, "num_new")
     positions = as_tensor(positions, "positions", "a tensor of integers")
     if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
         raise ValueError(f"positions must hold integers, got dtype {positions.dtype}")

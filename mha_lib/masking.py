@@ -187,12 +187,30 @@ def mask_from_valid_lens(
         ``(mask, empty)``: the keep mask (``True`` = may attend) or the bias, and, with
         ``fill_empty``, ``empty``: True for a query whose valid length is 0 (else None).
     """
+    _check_mask_args(valid_lens, num_keys, bias_dtype)
     lens = valid_lens if isinstance(valid_lens, CheckedLens) else CheckedLens(valid_lens)
     Lq = lens.lens.shape[1] if lens.lens.dim() == 2 else 1
     seen = visible(padding(lens), lens.lens.shape[0], Lq, num_keys, shortcut=False)
     seen = seen.heads() if heads else seen
     keep, empty = (seen.keep, seen.empty) if fill_empty else (seen.raw, None)
     return (keep if bias_dtype is None else keep_to_bias(keep, bias_dtype)), empty
+
+
+@quiet_when_traced
+def _check_mask_args(valid_lens: object, num_keys: object, bias_dtype: object) -> None:
+    """The checks of :func:`mask_from_valid_lens`: types and shapes only (no value is read)."""
+    if not isinstance(valid_lens, Tensor) or valid_lens.is_floating_point() or valid_lens.is_complex() \
+            or valid_lens.dtype == torch.bool or valid_lens.dim() not in (1, 2):
+        raise ValueError(
+            "valid_lens must be an integer tensor of shape (B,) or (B, Lq) (checked by "
+            f"check_valid_lens), got {getattr(valid_lens, 'dtype', type(valid_lens).__name__)} of "
+            f"shape {tuple(getattr(valid_lens, 'shape', ()))}"
+        )
+    check_not_meta(valid_lens, "valid_lens")
+    if not tracing():  # (torch.jit.trace hands sizes over as tensors)
+        check_size(num_keys, "num_keys")
+    if bias_dtype is not None and not (isinstance(bias_dtype, torch.dtype) and bias_dtype.is_floating_point):
+        raise ValueError(f"bias_dtype must be None or a floating-point torch.dtype, got {bias_dtype!r}")
 
 
 def keep_mask_from_valid_lens(
@@ -396,6 +414,9 @@ def check_attention_mask(
     if not isinstance(mask, Tensor):
         raise ValueError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
     check_not_meta(mask, name)
+    if not tracing():
+        for value, size in ((batch_size, "batch_size"), (num_queries, "num_queries"), (num_keys, "num_keys")):
+            check_size(value, size)
     if mask.dtype != torch.bool:
         zero_one = tracing() or bool(((mask == 0) | (mask == 1)).all())
         if mask.is_floating_point() or mask.is_complex() or not zero_one:

@@ -34,6 +34,7 @@ from mha_lib._checks import (
     check_bool,
     check_positive_int,
     check_probability,
+    check_size,
     check_tensor,
     quiet_when_traced,
     tracing,
@@ -390,9 +391,14 @@ def check_head_mask(
     Raises:
         ValueError: not numbers, booleans, on the meta device, or another shape.
     """
+    H = num_heads
+    if not tracing():  # (torch.jit.trace hands sizes over as tensors)
+        check_positive_int(num_heads, "num_heads")
+        check_size(batch_size, "batch_size")
+    if not isinstance(like, Tensor) or not like.is_floating_point():
+        raise ValueError(f"like must be a floating-point torch.Tensor, got {getattr(like, 'dtype', type(like).__name__)}")
     if head_mask is None:
         return None
-    H = num_heads
     head_mask = as_tensor(head_mask, "head_mask", "a tensor of gates (numbers)")
     if head_mask.dtype == torch.bool or head_mask.is_complex():
         raise ValueError(f"head_mask must hold real numbers, got dtype {head_mask.dtype}")

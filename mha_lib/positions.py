@@ -52,10 +52,10 @@ def frequencies(width: int, base: float = 10000.0) -> Tensor:
     Raises:
         ValueError: width not an even integer >= 2, or base not a finite number > 1.
     """
-    if isinstance(width, bool) or not isinstance(width, numbers.Integral) or width < 2 or width % 2:
+    if isinstance(width, bool) or not isinstance(width, numbers.Integral) or not 2 <= width < 2**63 or width % 2:
         raise ValueError(f"width must be an even integer >= 2 (one frequency per pair), got {width!r}")
     _check_base(base)
-    return base ** (-torch.arange(0, width, 2, dtype=torch.float64) / width)
+    return float(base) ** (-torch.arange(0, width, 2, dtype=torch.float64) / width)
 
 
 def sinusoidal(L: int, D: int, base: float = 10000.0) -> Tensor:
@@ -159,9 +159,9 @@ def _check_base(base: object) -> None:
 
 
 def _check_table_args(L: object, D: object, base: object) -> None:
-    if isinstance(L, bool) or not isinstance(L, numbers.Integral) or L < 0:
+    if isinstance(L, bool) or not isinstance(L, numbers.Integral) or not 0 <= L < 2**63:
         raise ValueError(f"L must be an integer >= 0 (the number of positions), got {L!r}")
-    if isinstance(D, bool) or not isinstance(D, numbers.Integral) or D < 2 or D % 2:
+    if isinstance(D, bool) or not isinstance(D, numbers.Integral) or not 2 <= D < 2**63 or D % 2:
         raise ValueError(
             f"D must be an even integer >= 2 (sine and cosine columns come in pairs), got {D!r}"
         )
