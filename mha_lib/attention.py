@@ -21,7 +21,17 @@ import torch
 from torch import Tensor, nn
 
 from mha_lib._checks import check_bool, check_probability, check_tensor, quiet_when_traced
-from mha_lib.masking import CheckedLens, mask_from_valid_lens, masked_softmax, read_valid_lens
+from mha_lib.masking import (
+    CheckedLens,
+    Visible,
+    as_mask,
+    keep_to_bias,
+    masked_softmax,
+    read_valid_lens,
+    softmax_over_kept,
+    visible,
+)
+from mha_lib.masks import Mask
 
 __all__ = ["DotProductAttention", "FiniteDotProductAttention", "NonFiniteRule", "all_finite",
            "check_qkv", "fit_queries", "score_operands"]
@@ -192,8 +202,13 @@ class DotProductAttention(nn.Module):
         valid_lens: Tensor | None = None,
         *,
         need_weights: bool = False,
+        mask: Mask | Visible | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from every query to the valid keys.
+
+        ``mask`` (a :class:`mha_lib.masks.Mask`, queries and keys at positions 0, 1, ...) hides
+        more keys, on top of the valid lengths (or a :class:`mha_lib.masking.Visible`, the mask
+        as ``attend_heads`` built it).
 
         Returns:
             output (B, Lq, dv), or ``(output, weights)`` with weights (B, Lq, Lk) when
@@ -202,7 +217,12 @@ class DotProductAttention(nn.Module):
         _check_attention(queries, keys, values, need_weights)
         q, k = score_operands(queries, keys)  # Q / sqrt(d) and K (scores that cannot overflow)
         scores = torch.bmm(q, k.transpose(1, 2))  # (B, Lq, Lk)
-        weights = masked_softmax(scores, valid_lens, inplace=True)  # the scores are ours to overwrite
+        if mask is None:
+            weights = masked_softmax(scores, valid_lens, inplace=True)  # the scores are ours
+        else:  # any mask: its keep mask (B or 1, Lq or 1, Lk)
+            keep = (mask if isinstance(mask, Visible) else
+                    visible(as_mask(valid_lens, mask), *scores.shape)).raw
+            weights = scores.softmax(-1) if keep is None else softmax_over_kept(scores, keep, inplace=True)
         weights = weights.to(values.dtype)
         output = torch.bmm(self.dropout(weights), values)  # (B, Lq, dv)
         return (output, weights) if need_weights else output
@@ -248,37 +268,38 @@ class FiniteDotProductAttention(DotProductAttention):
         valid_lens: Tensor | CheckedLens | None = None,
         *,
         need_weights: bool = False,
+        mask: Mask | Visible | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        valid_lens = _check_finite_attention(queries, keys, values, valid_lens, need_weights)
+        seen = _check_finite_attention(queries, keys, values, valid_lens, need_weights, mask)
         dtype = queries.dtype
         queries, keys = score_operands(queries, keys)  # Q / sqrt(d), K (float32 for half)
-        if valid_lens is None:
+        if seen.keep is None:
             scores = torch.bmm(queries, keys.transpose(1, 2))  # (B, Lq, Lk)
-        else:  # bias: (B, 1 or Lq, Lk), 0 = may attend, -inf = masked
-            bias, empty = mask_from_valid_lens(valid_lens.lens, keys.shape[1],
-                                               fill_empty=valid_lens.lowest in (None, 0),
-                                               bias_dtype=queries.dtype)
+        else:  # bias: (B or 1, Lq or 1, Lk), 0 = may attend, -inf = masked
+            bias = keep_to_bias(seen.keep, queries.dtype)
             scores = torch.baddbmm(bias, queries, keys.transpose(1, 2))  # (B, Lq, Lk)
         if scores.requires_grad:
             weights = torch.softmax(scores, dim=-1)
         else:  # nothing needs the scores again: the weights overwrite them
             weights = torch.softmax(scores, dim=-1, out=scores)
-        if valid_lens is not None and empty is not None:  # some query may keep nothing: zeros
+        if seen.empty is not None:  # a query that sees nothing: zeros
             fill = weights.masked_fill if weights.requires_grad else weights.masked_fill_
-            weights = fill(empty, 0.0)
+            weights = fill(seen.empty, 0.0)
         weights = weights.to(dtype)
         output = torch.bmm(self.dropout(weights), values)  # (B, Lq, dv)
         return (output, weights) if need_weights else output
 
 
 @quiet_when_traced
-def _check_finite_attention(queries, keys, values, valid_lens, need_weights) -> CheckedLens | None:
-    """The checks of :meth:`FiniteDotProductAttention.forward`; returns the checked valid
-    lengths (on the queries' device) or None."""
+def _check_finite_attention(queries, keys, values, valid_lens, need_weights, mask) -> Visible:
+    """The checks of :meth:`FiniteDotProductAttention.forward`; returns the mask as the path
+    uses it (valid lengths checked and read once; a :class:`Visible` is taken as built)."""
     _check_attention(queries, keys, values, need_weights)
-    valid_lens, _ = read_valid_lens(valid_lens, queries.shape[0], queries.shape[1], keys.shape[1],
-                                    device=queries.device)
-    return valid_lens
+    B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
+    if isinstance(mask, Visible):
+        return mask
+    valid_lens, _ = read_valid_lens(valid_lens, B, Lq, Lk, device=queries.device)
+    return visible(as_mask(valid_lens, mask), B, Lq, Lk)
 
 
 # --- the rule for NaN and infinite inputs ----------------------------------------------------------
@@ -326,21 +347,24 @@ class NonFiniteRule(NamedTuple):
     usable_kv: Tensor | None
 
     @classmethod
-    def of(cls, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: CheckedLens | None):
-        """The rule for these inputs (None when no key could break a row: Lk = 0)."""
+    def of(cls, queries: Tensor, keys: Tensor, values: Tensor, keep: Tensor | None):
+        """The rule for these inputs (None when no key could break a row: Lk = 0).
+
+        Args:
+            keep: the keep mask (B or 1, Lq or 1, Lk) (``Visible.raw``), or None when every
+                query may attend to every key of its example.
+        """
         B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
         if Lk == 0:
             return None  # every query attends to nothing: zeros
-        if valid_lens is None:  # every query may attend to every key of its example
+        if keep is None:  # every query may attend to every key of its example
             used = _sum(keys, (1, 2)) + _sum(values, (1, 2))  # (B,)
             rows = _sum(queries, -1) + used[:, None]  # (B, Lq): finite iff all it uses is
             return cls((rows * 0).to(queries.dtype), None)  # finite * 0 = 0; inf, NaN * 0 = NaN
         finite_q = torch.isfinite(queries).all(-1)  # (B, Lq)
         finite_kv = torch.isfinite(keys).all(-1) & torch.isfinite(values).all(-1)  # (B, Lk)
-        lens = valid_lens.lens
-        lens = lens[:, None] if lens.dim() == 1 else lens  # (B, 1) or (B, Lq)
-        first_bad = finite_kv.long().cumprod(-1).sum(-1, keepdim=True)  # (B, 1): finite prefix
-        broken = (lens > first_bad) | (~finite_q & (lens > 0))  # (B, Lq)
+        sees_bad = (keep & ~finite_kv[:, None, :]).any(-1)  # (B, Lq or 1): a bad key it sees
+        broken = sees_bad | (~finite_q & keep.any(-1))  # (B, Lq)
         nan_rows = torch.zeros(B, Lq, dtype=queries.dtype, device=queries.device)
         return cls(nan_rows.masked_fill(broken, float("nan")), finite_kv)
 

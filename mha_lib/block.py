@@ -29,6 +29,7 @@ from mha_lib._checks import (
     check_tensor,
 )
 from mha_lib.gqa import GroupedQueryAttention
+from mha_lib.masks import Mask
 from mha_lib.multihead import MultiHeadAttention
 
 __all__ = ["TransformerBlock"]
@@ -102,6 +103,7 @@ class TransformerBlock(nn.Module):
         x: Tensor,
         valid_lens: Tensor | Sequence[int] | None = None,
         *,
+        mask: Mask | None = None,
         head_mask: Tensor | None = None,
         cache=None,
         positions: Tensor | None = None,
@@ -109,7 +111,8 @@ class TransformerBlock(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Apply the block; the keyword arguments go to the attention layer as they are.
 
-        ``valid_lens`` masks padded keys exactly as in multi-head attention; ``cache`` (one
+        ``valid_lens`` masks padded keys exactly as in multi-head attention, ``mask`` (a
+        :class:`mha_lib.masks.Mask`, e.g. ``causal()``) with them; ``cache`` (one
         layer of a ``mha_lib.decoding.KVCache``) and ``positions`` decode step by step, as in
         :meth:`mha_lib.gqa.GroupedQueryAttention.forward`.
 
@@ -117,7 +120,7 @@ class TransformerBlock(nn.Module):
             x (B, L, D), or ``(x, weights)`` with the attention weights (B, H, L, Lk).
         """
         self._check_input(x)
-        attend = dict(head_mask=head_mask, cache=cache, positions=positions,
+        attend = dict(mask=mask, head_mask=head_mask, cache=cache, positions=positions,
                       need_weights=need_weights)
         if self.norm_first:  # pre-LN: x + f(norm(x))
             h, weights = self._self_attention(self.norm1(x), valid_lens, attend)

@@ -47,8 +47,10 @@ from mha_lib.attention import (
     check_qkv,
     fit_queries,
 )
+from mha_lib.cached import AttentionCache, cached_keys_values, check_cached_attention
 from mha_lib.heads import merge_heads, split_heads
-from mha_lib.masking import CheckedLens, check_positions, mask_from_valid_lens, read_valid_lens
+from mha_lib.masking import CheckedLens, Visible, as_mask, read_valid_lens, visible
+from mha_lib.masks import Mask
 
 __all__ = [
     "AttentionCache",
@@ -59,7 +61,7 @@ __all__ = [
     "check_head_mask",
     "check_head_shapes",
     "read_lens_and_gates",
-    "read_lens_and_rule",
+    "read_lens_and_finite",
 ]
 
 
@@ -130,12 +132,18 @@ class MultiHeadAttention(nn.Module):
         values: Tensor,
         valid_lens: Tensor | Sequence[float] | None = None,
         *,
+        mask: Mask | None = None,
         need_weights: bool = False,
         head_mask: Tensor | None = None,
         cache=None,
         positions: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from every query to the valid keys, in every head.
+
+        ``mask`` (a :class:`mha_lib.masks.Mask`: ``causal()``, ``sliding_window(w)``,
+        ``document(doc_ids)``, ... combined with ``&`` and ``|``) says which keys each query
+        may see; ``valid_lens`` is one kind of mask, ``padding(valid_lens)``, and both apply.
+        A query that may see no key gets a zero output (zero weights).
 
         ``need_weights=True`` also returns the weights; otherwise PyTorch's fused kernel
         computes the same output without them (see :func:`attend_heads`). ``head_mask``
@@ -153,25 +161,28 @@ class MultiHeadAttention(nn.Module):
         Returns:
             output (B, Lq, D), or ``(output, weights)`` with weights (B, H, Lq, Lk).
         """
-        valid_lens, gates, nonfinite = self._check_forward(
-            queries, keys, values, valid_lens, need_weights, head_mask, cache, positions)
+        mask, gates, finite = self._check_forward(
+            queries, keys, values, valid_lens, mask, need_weights, head_mask, cache, positions)
         H = self.num_heads
         q = split_heads(self.W_q(queries), H)  # (B, Lq, D) -> (B, H, Lq, d)
         k = split_heads(self.W_k(keys), H)  # (B, Lk, D) -> (B, H, Lk, d)
         v = split_heads(self.W_v(values), H)  # (B, Lk, D) -> (B, H, Lk, d)
         if cache is not None:  # decoding (chapter 9): the cached positions are keys too
-            k, v, valid_lens = cached_keys_values(cache, k, v, valid_lens, positions)
-        out, weights = attend_heads(q, k, v, valid_lens, self.attention, need_weights=need_weights,
+            k, v, seen = cached_keys_values(cache, k, v, mask, positions)
+        else:  # the mask at the positions of the queries and keys, 0, 1, ...
+            seen = visible(mask, *queries.shape[:2], keys.shape[1])
+        nonfinite = None if finite else NonFiniteRule.of(queries, keys, values, seen.raw)
+        out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
                                     gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
         output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
         return (output, weights) if need_weights else output
 
     @quiet_when_traced
-    def _check_forward(self, queries, keys, values, valid_lens, need_weights, head_mask, cache,
-                       positions):
+    def _check_forward(self, queries, keys, values, valid_lens, mask, need_weights, head_mask,
+                       cache, positions):
         """The checks of :meth:`forward`, with at most one host read (the valid lengths' values,
-        and whether the inputs are finite); returns the valid lengths (a CheckedLens or None),
-        the head gates (B, H) or None, and the rule for non-finite inputs (or None)."""
+        and whether the inputs are finite); returns the mask (valid lengths included, or None),
+        the head gates (B, H) or None, and whether the inputs are finite (None: not read)."""
         self.check_inputs(queries, keys, values)
         check_bool(need_weights, "need_weights")
         B, Lq, _ = queries.shape
@@ -180,11 +191,11 @@ class MultiHeadAttention(nn.Module):
             num_keys = check_cached_attention(cache, queries, keys, positions)
             valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
                                                 device=queries.device)
-            return valid_lens, gates, None
+            return as_mask(valid_lens, mask), gates, True
         if positions is not None:
             raise ValueError("positions place new tokens in a cache: pass cache= too")
-        valid_lens, nonfinite = read_lens_and_rule(queries, keys, values, valid_lens, gates)
-        return valid_lens, gates, nonfinite
+        valid_lens, finite = read_lens_and_finite(queries, keys, values, valid_lens, gates)
+        return as_mask(valid_lens, mask), gates, finite
 
     def check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
         """Raise a ``ValueError`` unless the inputs fit this module.
@@ -216,7 +227,7 @@ def attend_heads(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    valid_lens: CheckedLens | Tensor | None,
+    mask: Visible | Mask | CheckedLens | Tensor | None,
     attention: DotProductAttention,
     *,
     need_weights: bool = False,
@@ -234,13 +245,16 @@ def attend_heads(
     * ``need_weights=True``: ``attention`` (a :class:`~mha_lib.DotProductAttention`) on the
       heads folded into the batch (chapter 2), which returns the weights.
 
-    A query with valid length 0 attends to nothing: its output (and weights) are 0.
+    A query that may attend to nothing (valid length 0, a mask that hides every key) gets a
+    zero output (and zero weights).
 
     Shapes:
         q: (B, H, Lq, d)
         k, v: (B, Hkv, Lk, d), Hkv dividing H
-        valid_lens: None, (B,) or (B, Lq); a :class:`~mha_lib.masking.CheckedLens` is not read
-            again (the layers check theirs once, with everything else they read)
+        mask: the mask built by :func:`mha_lib.masking.visible` (the layers build theirs once),
+            a :class:`~mha_lib.masks.Mask` (queries and keys at positions 0, 1, ...), or valid
+            lengths, None, (B,) or (B, Lq) (a :class:`~mha_lib.masking.CheckedLens` is not read
+            again)
         gates: None or (B, H), multiplying each head's output
         returns: out (B, H, Lq, d) and weights (B, H, Lq, Lk) (None without ``need_weights``)
 
@@ -252,16 +266,14 @@ def attend_heads(
         ValueError: tensors of other shapes, dtypes or devices, ``attention`` not a
             ``DotProductAttention``, bad valid lengths or gates.
     """
-    valid_lens = _check_heads(q, k, v, valid_lens, attention, need_weights, gates)
+    seen = _check_heads(q, k, v, mask, attention, need_weights, gates)
     if nonfinite is not None:
         k, v = nonfinite.usable(k), nonfinite.usable(v)
     q = fit_queries(q, k)  # query rows whose scores could overflow: scaled down (see there)
-    if valid_lens is not None and valid_lens.lowest == k.shape[2]:
-        valid_lens = None  # every query may attend to every key: no mask needed
     if need_weights:
-        out, weights = _attend_folded(q, k, v, valid_lens, attention, nonfinite)
+        out, weights = _attend_folded(q, k, v, seen, attention, nonfinite)
     else:
-        out, weights = _attend_fused(q, k, v, valid_lens, attention, nonfinite), None
+        out, weights = _attend_fused(q, k, v, seen, attention, nonfinite), None
     if gates is not None:
         out = out * gates[:, :, None, None]  # (B, H) -> (B, H, 1, 1)
     return out, weights
@@ -283,8 +295,8 @@ def check_head_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
 
 
 @quiet_when_traced
-def _check_heads(q, k, v, valid_lens, attention, need_weights, gates) -> CheckedLens | None:
-    """The checks of :func:`attend_heads`; returns the checked valid lengths."""
+def _check_heads(q, k, v, mask, attention, need_weights, gates) -> Visible:
+    """The checks of :func:`attend_heads`; returns the mask as the paths use it."""
     check_head_shapes(q, k, v)
     B, H, Lq, _ = q.shape
     Lk = k.shape[2]
@@ -298,24 +310,25 @@ def _check_heads(q, k, v, valid_lens, attention, need_weights, gates) -> Checked
     check_bool(need_weights, "need_weights")
     if gates is not None and (not isinstance(gates, Tensor) or gates.shape != (B, H)):
         raise ValueError(f"gates must be a tensor of shape (B, H) = ({B}, {H}), got {gates!r}")
-    valid_lens, _ = read_valid_lens(valid_lens, B, Lq, Lk, device=q.device)
-    return valid_lens
+    if isinstance(mask, Visible):
+        return mask
+    if not isinstance(mask, Mask):  # valid lengths: checked here (one host read), or None
+        mask, _ = read_valid_lens(mask, B, Lq, Lk, device=q.device)
+        mask = as_mask(mask, None)
+    return visible(mask, B, Lq, Lk)
 
 
-def _attend_fused(q, k, v, valid_lens, attention, nonfinite) -> Tensor:
+def _attend_fused(q, k, v, seen, attention, nonfinite) -> Tensor:
     """The fast path: ``F.scaled_dot_product_attention``, (B, H, Lq, d) -> (B, H, Lq, d)."""
     if _size(k, 2) == 0:  # no keys: nothing to attend to (the kernel would spread a NaN query)
         return q.new_zeros(*q.shape[:3], v.shape[-1])
-    keep = empty = None
-    if valid_lens is not None:  # (B, 1, Lq or 1, Lk): broadcasts over the heads
-        keep, empty = mask_from_valid_lens(valid_lens.lens, k.shape[2], heads=True,
-                                           fill_empty=valid_lens.lowest in (None, 0))
+    keep, empty, _ = seen.heads()  # (B or 1, 1, Lq or 1, Lk): broadcasts over the heads
     dropout_p = attention.dropout.p if attention.training else 0.0
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
                                          enable_gqa=_grouped(q, k))  # (B, H, Lq, d)
     # Write over the kernel's output, unless autograd keeps it (or a graph is being recorded)
     mine = not (out.requires_grad or tracing())
-    if empty is not None:  # a query with nothing to keep attended anywhere: zero it
+    if empty is not None:  # a query that sees nothing attended anywhere: zero it
         out = out.masked_fill_(empty, 0.0) if mine else out.masked_fill(empty, 0.0)
     return out if nonfinite is None else nonfinite.spoil(out, inplace=mine)
 
@@ -332,7 +345,7 @@ def _size(x: Tensor, dim: int) -> int:
     return int(x.shape[dim])
 
 
-def _attend_folded(q, k, v, valid_lens, attention, nonfinite) -> tuple[Tensor, Tensor]:
+def _attend_folded(q, k, v, seen, attention, nonfinite) -> tuple[Tensor, Tensor]:
     """The weights path: ``attention`` on the heads folded into the batch axis (chapter 2).
 
     The g query heads of a group share one key/value head: they are laid one after another
@@ -347,16 +360,21 @@ def _attend_folded(q, k, v, valid_lens, attention, nonfinite) -> tuple[Tensor, T
     q = q.reshape(B * Hkv, g * Lq, d)  # (B, H, Lq, d) -> (B*Hkv, g*Lq, d)
     k = k.reshape(B * Hkv, Lk, d)  # (B, Hkv, Lk, d) -> (B*Hkv, Lk, d)
     v = v.reshape(B * Hkv, Lk, v.shape[-1])  # (B, Hkv, Lk, d) -> (B*Hkv, Lk, d)
-    if valid_lens is not None:  # row b*Hkv + j of the folded batch belongs to example b
-        lens = valid_lens.lens
-        if lens.dim() == 1:
-            lens = lens.repeat_interleave(Hkv)  # (B,) -> (B*Hkv,)
-        else:  # (B, Lq) -> (B, 1, 1, Lq) -> (B, Hkv, g, Lq) -> (B*Hkv, g*Lq)
-            lens = lens[:, None, None, :].expand(B, Hkv, g, Lq).reshape(B * Hkv, g * Lq)
-        valid_lens = valid_lens._replace(lens=lens)
-    out, weights = attention(q, k, v, valid_lens, need_weights=True)
+    if seen.keep is not None:  # row b*Hkv + j of the folded batch belongs to example b
+        seen = Visible(*(_fold_mask(t, B, Hkv, g) for t in seen))
+    out, weights = attention(q, k, v, mask=seen, need_weights=True)
     # out: (B*Hkv, g*Lq, d) -> (B, H, Lq, d); weights: (B*Hkv, g*Lq, Lk) -> (B, H, Lq, Lk)
     return out.reshape(B, H, Lq, v.shape[-1]), weights.reshape(B, H, Lq, Lk)
+
+
+def _fold_mask(t: Tensor, B: int, Hkv: int, g: int) -> Tensor:
+    """A mask of the head layout folded like the queries: (B or 1, Lq or 1, n) -> (B*Hkv, g*Lq or 1, n)."""
+    t = t.expand(B, *t.shape[1:])  # (B or 1, Lq or 1, n) -> (B, Lq or 1, n)
+    if t.shape[1] == 1:
+        return t.repeat_interleave(Hkv, dim=0)  # (B, 1, n) -> (B*Hkv, 1, n)
+    Lq, n = t.shape[1], t.shape[2]
+    # (B, Lq, n) -> (B, 1, 1, Lq, n) -> (B, Hkv, g, Lq, n) -> (B*Hkv, g*Lq, n)
+    return t[:, None, None].expand(B, Hkv, g, Lq, n).reshape(B * Hkv, g * Lq, n)
 
 
 def check_head_mask(
@@ -422,14 +440,13 @@ def read_lens_and_gates(
     return valid_lens, values[len(flags):]
 
 
-def read_lens_and_rule(
+def read_lens_and_finite(
     queries: Tensor, keys: Tensor, values: Tensor, valid_lens: object, gates: Tensor | None
-) -> tuple[CheckedLens | None, NonFiniteRule | None]:
-    """:func:`read_lens_and_gates` for an attention layer without a cache, and its rule for NaN
-    and infinite inputs (:class:`NonFiniteRule`, or None when every input is finite).
-
-    Without valid lengths the rule is worked out on the device (no host read); with them,
-    whether the inputs are finite is read together with the lengths (one host read).
+) -> tuple[CheckedLens | None, bool | None]:
+    """:func:`read_lens_and_gates` for an attention layer without a cache, and whether its
+    inputs are finite (read together with the valid lengths: one host read; without valid
+    lengths nothing is read and this is None: the rule for NaN and infinite inputs,
+    :class:`NonFiniteRule`, is then worked out on the device).
 
     Shapes:
         queries: (B, Lq, .); keys, values: (B, Lk, .), the layer's inputs.
@@ -437,99 +454,8 @@ def read_lens_and_rule(
     B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
     if valid_lens is None:
         read_lens_and_gates(None, B, Lq, Lk, gates)  # (the gates only)
-        return None, NonFiniteRule.of(queries, keys, values, None)
+        return None, None
     valid_lens, (finite,) = read_lens_and_gates(valid_lens, B, Lq, Lk, gates,
                                                 all_finite(queries, keys, values),
                                                 device=queries.device)
-    if finite:  # read together with the valid lengths
-        return valid_lens, None
-    return valid_lens, NonFiniteRule.of(queries, keys, values, valid_lens)
-
-
-# --- decoding with a KV cache (chapter 9) --------------------------------------------------------
-
-
-class AttentionCache:
-    """What an attention layer needs of a key-value cache; ``mha_lib.decoding`` implements it.
-
-    A cache only stores: ``update`` takes the keys and values of n new positions and returns
-    everything cached; the layer attends to that (:func:`cached_keys_values`).
-    """
-
-    def __len__(self) -> int:
-        """L, the number of cached positions."""
-        raise NotImplementedError
-
-    def update(
-        self, keys: Tensor, values: Tensor, positions: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """Store (B, Hkv, n, d) keys and values; return all cached ones, (B, Hkv, L + n, d)."""
-        raise NotImplementedError
-
-
-def check_cached_attention(cache: object, queries: Tensor, keys: Tensor, positions: object) -> int:
-    """The checks of an attention layer's call with a cache; returns L + n, the bound of the
-    valid lengths (which count keys from the first cached position).
-
-    With a cache, keys and values are the new positions themselves (self-attention).
-
-    Raises:
-        ValueError: not a cache, keys of another length than the queries, bad positions.
-    """
-    if not isinstance(cache, AttentionCache):
-        raise ValueError(
-            f"cache must be a mha_lib.decoding.KVCache or one of its layers, got {type(cache).__name__}"
-        )
-    B, n = queries.shape[0], queries.shape[1]
-    if keys.shape[1] != n:
-        raise ValueError(
-            "with a cache, keys and values must be the new positions themselves "
-            f"(self-attention): {n} queries but {keys.shape[1]} keys"
-        )
-    if positions is not None:
-        check_positions(positions, B, n)
-    return len(cache) + n
-
-
-def cached_keys_values(
-    cache: AttentionCache,
-    k: Tensor,
-    v: Tensor,
-    valid_lens: CheckedLens | Tensor | None,
-    positions: Tensor | None,
-) -> tuple[Tensor, Tensor, CheckedLens | None]:
-    """Store the new keys and values in ``cache``; return all cached ones and the valid lengths.
-
-    The n new queries are causal: a query at position p may see the keys 0 .. p (valid length
-    p + 1), and at most ``valid_lens`` of them. Their positions are ``positions`` (n,) or (B, n),
-    by default L .. L + n - 1 right after the L cached ones. The cache grows by n slots;
-    example b writes its keys and values at its own positions (see ``mha_lib.decoding``).
-
-    Shapes:
-        k, v: (B, Hkv, n, d), the new positions
-        valid_lens: None, (B,) or (B, n) (a CheckedLens is not read again)
-        returns: keys and values (B, Hkv, L + n, d), and the valid lengths (B, n) of the new
-            queries (None when each may see everything)
-    """
-    if not isinstance(cache, AttentionCache):
-        raise ValueError(
-            f"cache must be a mha_lib.decoding.KVCache or one of its layers, got {type(cache).__name__}"
-        )
-    check_tensor(k, "k", 4)
-    B, _, n, _ = k.shape
-    L = len(cache)
-    valid_lens, _ = read_valid_lens(valid_lens, B, n, L + n, device=k.device)
-    k_all, v_all = cache.update(k, v, positions)  # (B, Hkv, L + n, d)
-    if positions is None:  # query i sits at position L + i
-        if valid_lens is None and n == 1:
-            return k_all, v_all, None  # the only new query sees every cached key
-        lens = torch.arange(L + 1, L + n + 1, device=k.device).expand(B, n)  # (n,) -> (B, n)
-        lowest = L + 1
-    else:
-        lens = check_positions(positions, B, n).to(k.device) + 1  # (B, n); update checked >= 0
-        lowest = 1
-    if valid_lens is not None:
-        given = valid_lens.lens if valid_lens.lens.dim() == 2 else valid_lens.lens[:, None]
-        lens = torch.minimum(lens, given)  # (B, n) vs (B, n or 1) -> (B, n)
-        lowest = None if valid_lens.lowest is None else min(lowest, valid_lens.lowest)
-    return k_all, v_all, CheckedLens(lens, lowest, None)
+    return valid_lens, None if finite is None else bool(finite)
