@@ -69,6 +69,7 @@ _MODEL_ID = "mha-lm-model"
 _FIGURE_ID = "mha-lm-figure"
 _WIDTH_PX = 900  # the width the live figure is laid out for (JupyterLab's notebook column)
 _CHAR_PX = 6.6  # width of one character of an 11 px tick label
+_MAX_HINT_ROWS = 3  # unknown tokens offered replacements (a row of buttons each on the page)
 _TICK_PX = 13  # room for one tick label across its axis (a panel shows every label when it can)
 
 
@@ -84,7 +85,8 @@ class _Reading:
         continuation: the greedy continuation's ids.
         continuation_text: what the continuation adds to the text
             (``decode(ids + continuation)`` minus ``decode(ids)``).
-        unknown: ``(token, position of its first use, up to 3 known words to try instead)``.
+        unknown: ``(token, position of its first use, up to 3 known words to try instead)``;
+            only the first ``_MAX_HINT_ROWS`` unknown tokens get words to try.
     """
 
     tokens: list[str]
@@ -182,7 +184,8 @@ def _read(model: lm.StoryLM, tokenizer: Tokenizer, text: str) -> _Reading:
     for i, (token, token_id) in enumerate(zip(tokens, ids)):
         if token_id == tokenizer.unk_id and token not in seen:
             seen.add(token)
-            unknown.append((token, i, _suggestions(tokenizer, token, i, logits)))
+            few = len(unknown) < _MAX_HINT_ROWS  # suggestions for the first few only
+            unknown.append((token, i, _suggestions(tokenizer, token, i, logits) if few else []))
     return _Reading(tokens, ids, truncated, weights[0].double().cpu().numpy(), new,
                     tokenizer.decode(ids + new)[len(head):], unknown)
 
@@ -281,7 +284,7 @@ def _tokens_html(reading: _Reading) -> str:
              + (f" (only the first {_MAX_TOKENS} are read)" if reading.truncated else "") + "</p>"]
     if reading.unknown:
         words = ", ".join(f"“{html.escape(u[0])}”" for u in reading.unknown)
-        tries = "; ".join(f"“{html.escape(u[0])}” → {', '.join(u[2])}" for u in reading.unknown)
+        tries = "; ".join(f"“{html.escape(u[0])}” → {', '.join(u[2])}" for u in reading.unknown if u[2])
         parts.append(f"<p>The model does not know {words}: it reads "
                      f"{'it' if len(reading.unknown) == 1 else 'each'} as &lt;unk&gt;, a token it never "
                      f"saw in training. Try a word it knows: {tries}.</p>")
