@@ -39,7 +39,13 @@ book: venv
 	$(JB) clean . >/dev/null
 	$(JB) build . --warningiserror --nitpick --keep-going
 
-test: lint unit nbval book browser
+test: lint unit nbval book pdf browser
+
+# The whole book as one PDF, printed offline by Chromium from the built website into
+# $(BUILD)/multihead-attention-book.pdf (contents page, figures, maths; explorers as a still).
+.PHONY: pdf
+pdf: book chromium
+	$(PY) -m mha_lib.book.pdf $(BUILD)
 
 # The layers of mha_lib (CONTRIBUTING.md), as contracts import-linter checks (.importlinter).
 lint: venv

@@ -53,7 +53,13 @@
     ".mha-lm-continuation strong{border-bottom:2px solid var(--pst-color-primary,#1a4f8b)}",
     ".mha-lm-sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}",
     ".mha-lm details{margin:0.5rem 0}.mha-lm summary{cursor:pointer;min-height:2rem}",
-    ".mha-lm-figure{width:100%;max-width:100%}"
+    ".mha-lm-figure{width:100%;max-width:100%}",
+    // the form (text box, layer choice) sticks under the page's header while the reader scrolls
+    // through the heads (mha-site.js sets --mha-sticky-top to the header's height)
+    ".mha-lm-form{position:sticky;top:var(--mha-sticky-top,0px);z-index:3;padding:0.25rem 0;",
+    "background:var(--pst-color-background,#fff);border-bottom:1px solid var(--pst-color-border,#ccc)}",
+    "@media (max-width:575.98px){.mha-lm-form>label{font-size:0.9rem}.mha-lm-form .mha-lm-row{margin:0.1rem 0 0.25rem}",
+    ".mha-lm-form fieldset label{min-height:2.2rem}}"
   ].join("");
 
   // --- the model -----------------------------------------------------------------------------

@@ -63,7 +63,7 @@ _NOTE_JS = """
     const a = document.createElement("a");
     a.href = url; a.textContent = url;
     note.append(a, ".");
-    root.prepend(note);
+    root.append(note);
   }
 }
 """

@@ -390,8 +390,9 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
                        text: str = _DEFAULT_TEXT, *, layer: int = 0) -> str:
     """HTML of the kernel-free explorer for the website: the model runs in the page.
 
-    The fragment holds the controls (``<input id="lm-input">``, example buttons, a layer
-    choice), an empty figure div, and the model as :func:`mha_lib.lm.export` writes it, in a
+    The fragment holds the controls (a form with ``<input id="lm-input">`` and the layer
+    choice, which stays on screen while the reader scrolls through the figure; example
+    buttons), an empty figure div, and the model as :func:`mha_lib.lm.export` writes it, in a
     ``<script type="application/json">`` (nothing is fetched, so the page also works from
     ``file://``). ``_static/mha-lm.js`` (loaded by :mod:`mha_lib.book.sphinx_ext` on the page,
     after plotly.js) runs the forward pass and draws the figure as :func:`explore_text` does.
@@ -426,13 +427,13 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
         f'<label for="{_INPUT_ID}">Type a sentence for the model to read</label>'
         f'<div class="mha-lm-row"><input id="{_INPUT_ID}" type="text" value="{html.escape(text, quote=True)}" '
         'autocomplete="off" autocapitalize="off" spellcheck="false" aria-describedby="lm-tokens lm-hint">'
-        '<button type="button" class="mha-lm-write-on">Write on</button></div></form>'
+        '<button type="button" class="mha-lm-write-on">Write on</button></div>'
+        f'<fieldset class="mha-lm-layers"><legend>Show the heads of</legend>{layers}</fieldset></form>'
         '<p id="lm-tokens" class="mha-lm-tokens"></p>'
         '<div id="lm-hint" class="mha-lm-hint" aria-live="polite"></div>'
         '<p class="mha-lm-continuation" aria-live="polite"></p>'
         '<div class="mha-lm-row" role="group" aria-labelledby="lm-examples-label">'
         f'<span id="lm-examples-label">Examples:</span>{examples}</div>'
-        f'<fieldset class="mha-lm-layers"><legend>Show the heads of</legend>{layers}</fieldset>'
         f'<div id="{_FIGURE_ID}" class="plotly-graph-div mha-figure mha-lm-figure" role="img" '
         'aria-label="Attention weights of the story model"></div>'
         '<details><summary>The words the model knows</summary><p class="mha-lm-known"></p></details>'
