@@ -83,11 +83,11 @@
     p.textContent = (start > 0 ? "\u2026" : "") + text.slice(start, end) + (end < text.length ? "\u2026" : "");
     return p;
   }
-  if (typeof Search !== "undefined") Search.makeSearchSummary = summary;
-
   // --- ranking ------------------------------------------------------------------------------
-  var counts = window.mhaSearchCounts;
-  if (typeof Scorer !== "undefined" && counts) {
+  function install() {
+    if (typeof Search !== "undefined") Search.makeSearchSummary = summary;
+    var counts = window.mhaSearchCounts;
+    if (typeof Scorer === "undefined" || !counts) return;
     var docIndex = {};
     counts.docs.forEach(function (doc, i) { docIndex[doc] = i; });
     var stems = null;
@@ -104,4 +104,8 @@
       return result[4] + 5 * Math.log2(1 + n);
     };
   }
+  // Sphinx's search page loads this script before searchtools.js; its search starts on
+  // DOMContentLoaded, after the listener added here (every classic script has run by then).
+  if (typeof Search !== "undefined") install();
+  else document.addEventListener("DOMContentLoaded", install);
 })();

@@ -76,7 +76,7 @@
         : "Skip to explorer " + (i + 1) + (where ? " (" + where + ")" : "");
       link.addEventListener("click", function (event) {
         event.preventDefault();
-        control.scrollIntoView({block: "center"});
+        control.scrollIntoView({block: "center", behavior: "instant"});
         control.focus({preventScroll: true});
       });
       box.appendChild(document.createTextNode(" \u00b7 "));

@@ -308,8 +308,10 @@ SEARCH_JS = "mha-search.js"
 _ARTICLE = re.compile(r'<article class="bd-article"[^>]*>(.*)</article>', re.S)
 _SCRIPT_OR_STYLE = re.compile(r"<(script|style)\b.*?</\1>", re.S)
 _CODE_SPAN = re.compile(r'<span class="[a-z0-9]{1,3}">([^<]*)</span>')
-# what a snippet never shows: outputs and figures, the header's buttons, permalinks
-_NOT_TEXT = ("script, style, svg, img, .cell_output, .headerlink, .dropdown-download-buttons, "
+# what a snippet never shows: outputs (but the listings show_source prints) and figures, the
+# header's buttons, permalinks
+_NOT_TEXT = ("script, style, svg, img, .cell_output .output:not(.text_html), .headerlink, "
+             ".dropdown-download-buttons, "
              ".mha-lm, .mha-explorer, .plotly-graph-div, .prev-next-area, nav, button, "
              "details.hide > summary")
 _KEEP_TAGS = ("section", "h1", "h2", "h3", "h4", "p", "li", "pre", "dt", "dd", "td", "th")
@@ -318,7 +320,7 @@ _KEEP_TAGS = ("section", "h1", "h2", "h3", "h4", "p", "li", "pre", "dt", "dd", "
 def search_text(page_html: str) -> str:
     """The text of a page's article as a small HTML document for the search page's snippets:
     ``<div role="main">`` with its sections (their ``id``, which a hit's anchor names), headings,
-    paragraphs and code, no outputs, figures, scripts or attributes (a few kB where the page
+    paragraphs, code and listings, no other outputs, figures, scripts or attributes (a few kB where the page
     has hundreds: Sphinx's search page fetches the page of every hit to make its snippet)."""
     import bs4
 
