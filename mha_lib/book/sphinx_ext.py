@@ -23,6 +23,7 @@
   ``.js`` and ``.css`` file under ``_static`` in ``html_js_files``/``html_css_files``, which
   loaded plotly.js (1.5 MB) on every page, a second time after ``mha-figures.js`` on pages
   with figures (replacing the ``Plotly`` object that script prepared), and the stylesheet twice;
+* steps a reader's "Next"/"Previous" links over the page for teachers (:data:`FOR_TEACHERS`);
 * removes sphinx-thebe's scripts: the book has no live-code launch button, and Jupyter Book
   1.0.4 registers thebe's configuration script twice, which logs
   ``Identifier 'THEBE_JS_URL' has already been declared`` on every page.
@@ -123,6 +124,29 @@ def _mathjax_components(app, config) -> None:
         mathjax3 = dict(config.mathjax3_config or {})
         mathjax3.setdefault("loader", {"load": ["input/tex", "output/chtml"]})
         config.mathjax3_config = mathjax3
+
+
+FOR_TEACHERS = {"teaching"}  # pages a reader's "Next" and "Previous" links step over
+
+
+def _reading_order(app, pagename, templatename, context, doctree) -> None:
+    """A reader's "Next" from the last chapter goes on to the back matter, not to the page for
+    teachers (and "Previous" from the back matter comes back to the last chapter); the
+    teachers' page keeps its own links."""
+    builder, relations = app.builder, getattr(app.builder, "relations", {})
+    if pagename in FOR_TEACHERS or pagename not in relations:
+        return
+    for key, index in (("next", 2), ("prev", 1)):
+        target, seen = relations[pagename][index], set()
+        if target not in FOR_TEACHERS:
+            continue
+        while target in FOR_TEACHERS and target not in seen:
+            seen.add(target)
+            target = relations.get(target, [None, None, None])[index]
+        context[key] = None if target is None else {
+            "link": builder.get_relative_uri(pagename, target),
+            "title": builder.render_partial(app.env.titles[target])["title"],
+        }
 
 
 def _page_assets(app, pagename, templatename, context, doctree) -> None:
@@ -403,6 +427,7 @@ def setup(app):
     app.connect("config-inited", _mathjax_components)
     app.connect("config-inited", _own_assets_once)
     app.connect("html-page-context", _page_assets)
+    app.connect("html-page-context", _reading_order)
     # after the theme's own build-finished handlers (pydata-sphinx-theme rewrites pygments.css)
     app.connect("build-finished", _lighten_pages, priority=900)
     app.add_css_file(SITE_CSS)
