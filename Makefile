@@ -15,6 +15,7 @@ help:
 	@echo "make test     import layers, unit tests, nbval on every chapter, both again as on another"
 	@echo "              processor (MKL_CBWR=COMPATIBLE, ATEN_CPU_CAPABILITY=default), -W book build,"
 	@echo "              browser tests"
+	@echo "make pdf      the whole book as one PDF, $(BUILD)/multihead-attention-book.pdf"
 	@echo "make assignments  nbgrader course in course/: source, release (see teaching.md)"
 	@echo "make student  the released notebooks of every chapter, gathered in student/"
 
@@ -42,7 +43,13 @@ book: venv
 	$(JB) clean . >/dev/null
 	$(JB) build . --warningiserror --nitpick --keep-going
 
-test: lint unit nbval unit-portable nbval-portable book browser
+test: lint unit nbval unit-portable nbval-portable book pdf browser
+
+# The whole book as one PDF, printed offline by Chromium from the built website into
+# $(BUILD)/multihead-attention-book.pdf (contents page, figures, maths; explorers as a still).
+.PHONY: pdf
+pdf: book chromium
+	$(PY) -m mha_lib.book.pdf $(BUILD)
 
 # The layers of mha_lib (CONTRIBUTING.md), as contracts import-linter checks (.importlinter).
 lint: venv
