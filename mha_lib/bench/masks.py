@@ -25,7 +25,7 @@ from mha_lib.flash import tiled_attention
 from mha_lib.masks import Mask, causal, sliding_window
 from mha_lib.timing import paired_ratio, peak_memory, time_paired
 
-__all__ = ["flex_status", "format_mask_table", "mask_contenders", "mask_table"]
+__all__ = ["flex_status", "format_mask_table", "mask_table"]
 
 #: What FlexAttention did when this process first tried it: None (not yet), or a sentence.
 _FLEX: dict[str, object] = {}
@@ -67,7 +67,7 @@ def _flex_mask_mod(mask: Mask, L: int) -> Callable:
     return lambda b, h, i, j: dense[i, j]
 
 
-def mask_contenders(
+def _mask_contenders(
     mask: Mask, L: int, *, B: int = 1, d: int = 64, block_size: int = 128, seed: int = 0,
     flex: bool = True,
 ) -> dict[str, Callable[[], Tensor]]:
@@ -120,7 +120,7 @@ def mask_table(
         for name, mask in cases:
             if progress:
                 progress(f"{name}, L = {L} ...")
-            fns = mask_contenders(mask, L, B=B, d=d, block_size=block_size, flex=flex)
+            fns = _mask_contenders(mask, L, B=B, d=d, block_size=block_size, flex=flex)
             for fn in fns.values():  # compile, warm up, before any timing
                 fn()
             times = time_paired(fns, repeats=repeats, min_time=min_time)

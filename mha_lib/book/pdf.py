@@ -8,7 +8,7 @@ Every page of ``_toc.yml`` is opened in Chromium (Playwright, Debian's ``/usr/bi
 from a loopback server over the built website, as a reader's browser draws it: plotly
 figures drawn, maths typeset by the MathJax copy in ``_static``, the story model of chapter 12
 run in the page. Chromium's print-to-PDF (``page.pdf``) prints each page on A4 with the
-theme's print stylesheet (no sidebars, header or buttons) and :data:`PRINT_CSS`: an explorer
+theme's print stylesheet (no sidebars, header or buttons) and :data:`_PRINT_CSS`: an explorer
 prints as a still of its first state with the address of its page on the website, where it
 moves. A contents page (chapter titles and their page numbers) comes first, and the PDF's
 outline (bookmarks) has one entry per page of the book. The PDF is written into the built
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["PDF_NAME", "PRINT_CSS", "book_pages", "main", "website_url", "write_pdf"]
+__all__ = ["PDF_NAME", "book_pages", "main", "website_url"]
 
 ROOT = Path(__file__).resolve().parents[2]
 PDF_NAME = "multihead-attention-book.pdf"
@@ -38,7 +38,7 @@ VIEWPORT = {"width": 820, "height": 1100}  # about A4's printable width at 96 px
 
 # What printing changes on a page of the website: code and outputs wrap (nothing past the
 # paper's edge), figures do not split across sheets, explorers print as a still with a note.
-PRINT_CSS = """
+_PRINT_CSS = """
 @media print {
   .bd-article pre, .bd-article div.highlight pre { white-space: pre-wrap !important;
     overflow-wrap: anywhere; overflow: visible !important; background: none !important;
@@ -122,7 +122,7 @@ p {{ font-size: 10pt; color: #333; }}</style></head><body>
 <h2>Contents</h2><ol>{rows}</ol></body></html>"""
 
 
-def write_pdf(site: Path, out: Path, *, chromium: str = "/usr/bin/chromium") -> dict:
+def _write_pdf(site: Path, out: Path, *, chromium: str = "/usr/bin/chromium") -> dict:
     """Print the book in ``site`` (the built website) to ``out``.
 
     Returns:
@@ -161,7 +161,7 @@ def write_pdf(site: Path, out: Path, *, chromium: str = "/usr/bin/chromium") -> 
                 page.goto(f"{base}{doc}.html", wait_until="load")
                 if not page.evaluate(_READY_JS):
                     raise ValueError(f"{doc}: its figures were not drawn")
-                page.add_style_tag(content=PRINT_CSS)
+                page.add_style_tag(content=_PRINT_CSS)
                 page.evaluate(_NOTE_JS, f"{url}{doc}.html")
                 page.emulate_media(media="print")
                 page.evaluate(_READY_JS)  # figures redrawn for the printed width
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.site / "index.html").exists():
         parser.error(f"site: expected the built website (with index.html), got {args.site}")
     out = args.out or args.site / PDF_NAME
-    result = write_pdf(args.site, out, chromium=args.chromium)
+    result = _write_pdf(args.site, out, chromium=args.chromium)
     print(f"{out}: {result['pages']} pages, {result['bytes'] / 1e6:.1f} MB, "
           f"{len(result['chapters'])} chapters and pages of the book")
     return 0

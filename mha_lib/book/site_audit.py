@@ -23,12 +23,12 @@ import http.server
 import threading
 from pathlib import Path
 
-__all__ = ["BLOCKS_JS", "EXPLORERS", "cut_off_blocks", "key_presses_to", "main",
+__all__ = ["cut_off_blocks", "key_presses_to", "main",
            "search_results"]
 
 # Every code (cell input, listing) and output block of the article: whether a line runs past
 # its right edge, and whether it then shows a cue that it scrolls (a shadow on that edge).
-BLOCKS_JS = """
+_BLOCKS_JS = """
 () => {
   const seen = new Set(), out = [];
   const selector = ".bd-article div.highlight pre, .bd-article .cell_output pre, " +
@@ -53,7 +53,7 @@ BLOCKS_JS = """
 """
 
 # Explorers of the book: page -> (name, CSS selector of its first control).
-EXPLORERS = {
+_EXPLORERS = {
     "chapters/04_exploring_heads.html": [("heads sliders", "#mha-static-explorer-controls input")],
     "chapters/08_induction_heads.html": [("layer slider", "#mha-given-explorer-controls input"),
                                          ("circuit slider", "#mha-induction-circuit-controls input")],
@@ -64,7 +64,7 @@ EXPLORERS = {
 def cut_off_blocks(page) -> list[dict]:
     """The visible code/output blocks of the page: ``kind``, ``hidden_px`` (how far the longest
     line runs past the right edge, 0 if none), ``cue`` (a scroll shadow), ``wraps``."""
-    return page.evaluate(BLOCKS_JS)
+    return page.evaluate(_BLOCKS_JS)
 
 
 def key_presses_to(page, selector: str, limit: int = 300) -> int | None:
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"blocks {name}: {cut} of {total} code/output blocks have lines past the "
                       f"right edge; {silent} of them without a scroll cue")
             if "tabs" in only and not phone:
-                for path, explorers in EXPLORERS.items():
+                for path, explorers in _EXPLORERS.items():
                     for label, selector in explorers:
                         page.goto(base + path, wait_until="load")
                         print(f"tabs {path} {label}: {key_presses_to(page, selector)} key presses")

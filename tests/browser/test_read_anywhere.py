@@ -4,7 +4,7 @@ At 1366 x 900 and 390 x 844:
 
 * no output (printed text, messages, logs, the story of chapter 12) has a line past the right
   edge of its block on any page of the book; a code line that stays long scrolls and shows a
-  shadow on the edge where more code waits (``mha_lib.book.site_audit.BLOCKS_JS``);
+  shadow on the edge where more code waits (``mha_lib.book.site_audit._BLOCKS_JS``);
 * the theme switch shows the other theme at the first click and at every click after, and a
   page opened on a system set to dark is dark;
 * every keyboard stop of a chapter's first 40 shows a focus ring;
@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import VIEWPORTS, toc_pages
-from mha_lib.book.site_audit import EXPLORERS, cut_off_blocks, key_presses_to, search_results
+from mha_lib.book.site_audit import _EXPLORERS, cut_off_blocks, key_presses_to, search_results
 
 PAGES = [p for p in toc_pages() if p not in ("index.html", "genindex.html", "search.html")]
 CHAPTER4 = "chapters/04_exploring_heads.html"
@@ -124,7 +124,7 @@ def test_every_control_shows_its_focus(open_context, site_url, viewport):
 @pytest.mark.browser
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
 def test_a_keyboard_reader_reaches_each_explorer_in_a_few_presses(open_context, site_url, viewport):
-    for path, explorers in EXPLORERS.items():
+    for path, explorers in _EXPLORERS.items():
         for name, selector in explorers:
             page = _open(open_context, site_url, path, viewport)
             if path == CHAPTER12:
