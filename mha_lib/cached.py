@@ -122,7 +122,7 @@ def cached_keys_values(
     q_positions = query_positions(cache, positions, B, n, k.device)
     k_all, v_all = cache.update(k, v, positions)  # (B, Hkv, Lk, d)
     if mask is None and positions is None and n == 1:
-        return k_all, v_all, Visible(None, None, None)  # the newest token sees all the cache holds
+        return k_all, v_all, Visible(None, None)  # the newest token sees all the cache holds
     rule = causal() if cache.mask is None else causal() & cache.mask
     rule = rule if mask is None else rule & mask
     return k_all, v_all, visible(rule, B, q_positions, cache.key_positions(k.device))

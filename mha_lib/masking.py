@@ -86,12 +86,19 @@ class Visible(NamedTuple):
             fused kernel; a filled row gives neither); None: every query sees every key.
         empty: bool (B or 1, Lq or 1, 1), the rows that see nothing, whose output the path
             sets to zeros; None: no such row.
-        raw: the keep mask before the filling (what the rule for NaN inputs reads), or None.
+        raw (a property): the keep mask before the filling (what the rule for NaN inputs
+            reads), or None; made only when asked for, so that a path holds one mask of the
+            scores' size, not two.
     """
 
     keep: Tensor | None
     empty: Tensor | None
-    raw: Tensor | None
+
+    @property
+    def raw(self) -> Tensor | None:
+        if self.keep is None or self.empty is None:
+            return self.keep
+        return self.keep & ~self.empty
 
     def heads(self) -> "Visible":
         """The same with a heads axis, (B or 1, 1, Lq or 1, .), that broadcasts over H heads."""
@@ -128,16 +135,16 @@ def visible(
         ValueError: as :meth:`mha_lib.masks.Mask.keep`.
     """
     if mask is None:
-        return Visible(None, None, None)
+        return Visible(None, None)
     batch_size, q_positions, k_positions = (_traced_size(x) for x in (batch_size, q_positions, k_positions))
     if isinstance(q_positions, int) and isinstance(k_positions, int):
         if shortcut and mask.sees_everything(k_positions):  # e.g. valid lengths that are all Lk
-            return Visible(None, None, None)
+            return Visible(None, None)
         raw = mask.dense(batch_size, q_positions, k_positions, q_offset, expand=False)
     else:
         raw = mask.keep(q_positions, k_positions, batch_size=batch_size)
     empty = ~raw.any(-1, keepdim=True)  # (B or 1, Lq or 1, 1)
-    return Visible(raw | empty, empty, raw)
+    return Visible(raw | empty, empty)  # (raw is made again only when asked for: Visible.raw)
 
 
 @quiet_when_traced

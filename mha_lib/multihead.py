@@ -322,7 +322,7 @@ def _attend_fused(q, k, v, seen, attention, nonfinite) -> Tensor:
     """The fast path: ``F.scaled_dot_product_attention``, (B, H, Lq, d) -> (B, H, Lq, d)."""
     if _size(k, 2) == 0:  # no keys: nothing to attend to (the kernel would spread a NaN query)
         return q.new_zeros(*q.shape[:3], v.shape[-1])
-    keep, empty, _ = seen.heads()  # (B or 1, 1, Lq or 1, Lk): broadcasts over the heads
+    keep, empty = seen.heads()  # (B or 1, 1, Lq or 1, Lk): broadcasts over the heads
     dropout_p = attention.dropout.p if attention.training else 0.0
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
                                          enable_gqa=_grouped(q, k))  # (B, H, Lq, d)
