@@ -138,8 +138,6 @@ def head_on_links_figure(weights: torch.Tensor, story: Story, relation: str, *, 
                     marker=dict(symbol="square-open", size=12, color=_OKABE_ITO[1], line=dict(width=3)),
                     hoverinfo="skip")
     _token_axes(fig, story.tokens, range(L), range(L), height=620, colorbar_px=70)
-    fig.update_xaxes(tickfont=dict(size=8))
-    fig.update_yaxes(tickfont=dict(size=8))
     fig.update_layout(title=title or f"A head and the {relation} links",
                       plot_bgcolor=_FUTURE, legend=dict(orientation="h", y=1.05, x=0))
     return fig
