@@ -190,21 +190,25 @@ def tiled_attention(
     rule, tiles, block_size = _check(queries, keys, values, valid_lens, block_size, mask)
     B, Lq, _ = queries.shape
     Lk = keys.shape[1]
+    nK = -(-Lk // block_size)
     if tiles is None:  # no mask: every tile, none masked
-        shape = (B, -(-Lq // block_size), -(-Lk // block_size))
+        shape = (B, -(-Lq // block_size), nK)
         tiles = TileMap(torch.zeros(shape, dtype=torch.bool), torch.ones(shape, dtype=torch.bool),
                         block_size)
-    states = tiles.states.tolist()  # (nQ, nK): 0 skip, 1 with the mask, 2 without
+        # nothing to skip: one block of all the queries, so only the keys are tiled (the
+        # (B, Lq, b) scores of one block of keys at a time; fewer, larger products)
+        q_block, states = max(Lq, 1), [[2] * nK]
+    else:
+        q_block, states = block_size, tiles.states.tolist()  # (nQ, nK): 0 skip, 1 with the mask, 2 without
     q, keys = score_operands(queries, keys)  # Q / sqrt(d) (scores that cannot overflow), K
     values = values.to(q.dtype)
     # The weights 0 of DotProductAttention meet the values of skipped tiles too: per block of
     # keys, 0, or NaN where a value is NaN or inf. (B, Lk, dv) -> (B, nK, b, dv) -> (B, nK, dv)
-    nK = -(-Lk // block_size)
     zeros = F.pad(values * 0, (0, 0, 0, nK * block_size - Lk))
     zeros = zeros.reshape(B, nK, block_size, values.shape[-1]).sum(2)
     rows = []
-    for r, r0 in enumerate(range(0, Lq, block_size)):
-        r1 = min(r0 + block_size, Lq)
+    for r, r0 in enumerate(range(0, Lq, q_block)):
+        r1 = min(r0 + q_block, Lq)
         m = q.new_full((B, r1 - r0), torch.finfo(q.dtype).min)  # running max of the block
         s = q.new_zeros(B, r1 - r0)  # running sum
         acc = q.new_zeros(B, r1 - r0, values.shape[-1])  # running weighted sum
@@ -212,7 +216,7 @@ def tiled_attention(
             if states[r][c] == 0:
                 continue  # the mask hides the tile
             c1 = min(c0 + block_size, Lk)
-            scores = q[:, r0:r1] @ keys[:, c0:c1].transpose(1, 2)  # (B, b, b)
+            scores = q[:, r0:r1] @ keys[:, c0:c1].transpose(1, 2)  # (B, b or Lq, b)
             keep = None if states[r][c] == 2 else rule.block(B, (r0, r1), (c0, c1), device=q.device)
             m, s, acc = online_step(m, s, acc, scores, values[:, c0:c1], keep)
         out = OnlineSoftmaxState(Lk, m, s, acc).output  # (B, b, dv)
