@@ -24,7 +24,7 @@ from mha_lib.multihead import MultiHeadAttention
 
 __all__ = ["PRESETS", "compose", "mask_lab", "mask_lab_figure", "static_mask_lab"]
 
-_TITLES = ("the mask (True = may attend)", "a head's weights under it", "tiles computed")
+_TITLES = ("the mask", "a head's weights", "tiles computed")
 _TILE_TEXT = {0: "skipped", 1: "with the mask", 2: "no mask needed"}
 
 
