@@ -24,7 +24,7 @@ from mha_lib.multihead import MultiHeadAttention
 
 __all__ = ["PRESETS", "compose", "mask_lab", "mask_lab_figure", "static_mask_lab"]
 
-_TITLES = ("the mask", "a head's weights", "tiles computed")
+_TITLES = ("mask", "weights", "tiles")
 _TILE_TEXT = {0: "skipped", 1: "with the mask", 2: "no mask needed"}
 
 
