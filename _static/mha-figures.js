@@ -89,21 +89,45 @@
 
   function chooseLayout(gd, layout, data) {
     var narrow = isNarrow(gd);
-    var chosen = decadeTicks(narrow ? narrowLayout(layout, data) : layout);
+    var chosen = decadeTicks(narrow ? narrowLayout(layout, data) : layout, data);
     if (chosen.height) gd.style.height = chosen.height + "px";
     gd.dataset.mhaLayout = narrow ? "narrow" : "wide";
     return chosen;
   }
 
-  function decadeTicks(layout) {
+  var TYPED = {f8: Float64Array, f4: Float32Array, i4: Int32Array, u4: Uint32Array, i2: Int16Array,
+               u2: Uint16Array, i1: Int8Array, u1: Uint8Array};
+  function values(v) {  // an array, or plotly.py's typed array {dtype, bdata: base64}, as an array
+    if (Array.isArray(v)) return v;
+    if (v && typeof v.bdata === "string" && TYPED[v.dtype]) {
+      var bytes = Uint8Array.from(atob(v.bdata), function (c) { return c.charCodeAt(0); });
+      return Array.prototype.slice.call(new TYPED[v.dtype](bytes.buffer));
+    }
+    return [];
+  }
+
+  function decades(data, key) {
+    // how many powers of ten the data on axis `key` (xaxis, yaxis2...) spans
+    var letter = key.charAt(0), ref = letter + key.slice(5), lo = Infinity, hi = -Infinity;
+    (data || []).forEach(function (trace) {
+      if ((trace[letter + "axis"] || letter) !== ref) return;
+      values(trace[letter]).forEach(function (v) {
+        if (typeof v === "number" && v > 0) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+      });
+    });
+    return hi > lo ? Math.log10(hi / lo) : 0;
+  }
+
+  function decadeTicks(layout, data) {
     // Log axes: ticks at powers of ten only (plotly's default adds small unlabelled-looking
-    // digits at 2, 5...), unless the figure code chose its ticks.
+    // digits at 2, 5...), unless the figure code chose its ticks; data spanning less than two
+    // decades also gets ticks at 2 and 5 (one tick alone gives no scale).
     var out = Object.assign({}, layout);
     Object.keys(layout).forEach(function (key) {
       var axis = layout[key];
       if (/^[xy]axis\d*$/.test(key) && axis && axis.type === "log" && axis.dtick === undefined
           && axis.tickvals === undefined) {
-        out[key] = Object.assign({}, axis, {dtick: 1});
+        out[key] = Object.assign({}, axis, {dtick: decades(data, key) < 2 ? "D2" : 1});
       }
     });
     return out;

@@ -21,6 +21,7 @@
   "use strict";
   var PUNCTUATION = {".": true, ",": true, "'s": true, "!": true, "?": true};  // as mha_lib.stories.detokenize
   var SENTENCE_END = {".": true, "!": true, "?": true};
+  var MAX_HINT_ROWS = 3;  // rows of suggestions at most, as mha_lib.viz.text_explorer
   var MASKED_COLOR = "#c8c8c8";  // as mha_lib.viz.heatmaps.MASKED_COLOR: future keys
   var PLOT_CONFIG = {responsive: true, displaylogo: false, displayModeBar: false};
   var CSS = [
@@ -52,7 +53,13 @@
     ".mha-lm-continuation strong{border-bottom:2px solid var(--pst-color-primary,#1a4f8b)}",
     ".mha-lm-sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}",
     ".mha-lm details{margin:0.5rem 0}.mha-lm summary{cursor:pointer;min-height:2rem}",
-    ".mha-lm-figure{width:100%;max-width:100%}"
+    ".mha-lm-figure{width:100%;max-width:100%}",
+    // the form (text box, layer choice) sticks under the page's header while the reader scrolls
+    // through the heads (mha-site.js sets --mha-sticky-top to the header's height)
+    ".mha-lm-form{position:sticky;top:var(--mha-sticky-top,0px);z-index:3;padding:0.25rem 0;",
+    "background:var(--pst-color-background,#fff);border-bottom:1px solid var(--pst-color-border,#ccc)}",
+    "@media (max-width:575.98px){.mha-lm-form>label{font-size:0.9rem}.mha-lm-form .mha-lm-row{margin:0.1rem 0 0.25rem}",
+    ".mha-lm-form fieldset label{min-height:2.2rem}}"
   ].join("");
 
   // --- the model -----------------------------------------------------------------------------
@@ -231,9 +238,16 @@
     return {ids: ids.slice(), weights: weights, logits: logits, continuation: continuation, cache: cache};
   };
 
-  Model.prototype.tokenize = function (text) {  // as mha_lib.stories.Tokenizer.tokenize
-    var lower = text.toLowerCase().replace(/\u2019/g, "'").replace(/\u2018/g, "'");
-    var found = lower.match(new RegExp(this.pattern, "gu")) || [], tokens = [];
+  /* As mha_lib.stories.Tokenizer.tokenize, for any text a reader types: a word is a run of
+   * letters of any script (with inner apostrophes: "mia's"), so "Zoë", "café" and "東京" stay
+   * whole (and unknown); a number is a run of digits; any other visible character is one token
+   * (the model's punctuation, or a sign it lacks, marked unknown). On ASCII text this is the
+   * exported pattern ([a-z]+(?:'[a-z]+)*|[0-9]+|\S) exactly; the text is NFC-normalised first,
+   * so an accent typed as a combining mark joins its letter. */
+  var TOKEN_RE = /\p{L}[\p{L}\p{M}]*(?:'\p{L}[\p{L}\p{M}]*)*|\p{Nd}+|\S/gu;
+  Model.prototype.tokenize = function (text) {
+    var lower = text.normalize("NFC").toLowerCase().replace(/\u2019/g, "'").replace(/\u2018/g, "'");
+    var found = lower.match(TOKEN_RE) || [], tokens = [];
     found.forEach(function (token) {
       if (token.length > 2 && token.slice(-2) === "'s") tokens.push(token.slice(0, -2), "'s");
       else tokens.push(token);
@@ -283,7 +297,7 @@
     return prev[b.length];
   }
 
-  function isWord(token) { return /^[a-z]/.test(token); }
+  function isWord(token) { return /^\p{L}/u.test(token); }
 
   /* Up to three known tokens to try instead of the unknown `token` at position i (as
    * mha_lib.viz.text_explorer._suggestions). For a word: the closest known spelling (if it is
@@ -323,7 +337,9 @@
     state.continuationText = model.continuationText(ids, result.continuation);
     tokens.forEach(function (token, i) {
       if (ids[i] === model.unkId && !state.unknown.some(function (u) { return u.token === token; })) {
-        state.unknown.push({token: token, position: i, suggestions: suggestions(model, token, i, result.logits)});
+        // suggestions for the first few only: a row of buttons each, the rest are marked
+        var few = state.unknown.length < MAX_HINT_ROWS;
+        state.unknown.push({token: token, position: i, suggestions: few ? suggestions(model, token, i, result.logits) : []});
       }
     });
     return state;
@@ -333,15 +349,18 @@
   var CHAR_PX = 6.6;  // width of a character of an 11 px tick label
   var TICK_PX = 13;  // room for one tick label across its axis
 
-  /* Panels of the H heads of one layer: as many columns as fit panels of at least
-   * max(150, 13 px per token) px (100 on a phone); tick labels thinned and turned when they
-   * would overlap. mha_lib.viz.text_explorer._grid lays out the live figure the same way. */
+  /* Panels of the H heads of one layer: as many columns as fit panels of at least 150 px (100
+   * on a phone; 13 px per token up to 12 tokens); tick labels thinned and turned when they
+   * would overlap. mha_lib.viz.text_explorer._grid lays out the live figure (in a notebook,
+   * at a fixed width) the same way, except that its panels grow to label every token. */
   function panelGrid(tokens, H, width, narrow) {
     var L = tokens.length, longest = 1;
     tokens.forEach(function (t) { longest = Math.max(longest, Math.min(t.length, 14)); });
     var margin = {l: Math.round(longest * CHAR_PX) + (narrow ? 34 : 44), r: narrow ? 56 : 86, t: 12, b: 8};
     var plotW = Math.max(120, width - margin.l - margin.r), gap = 18;
-    var minPanel = Math.max(narrow ? 100 : 150, TICK_PX * L);
+    // a short text (up to 12 tokens) shows every label; beyond, the panels stop growing and the
+    // labels thin out: the grid does not change as the reader types on
+    var minPanel = Math.max(narrow ? 100 : 150, TICK_PX * Math.min(L, 12));
     var cols = Math.max(1, Math.min(H, Math.floor((plotW + gap) / (minPanel + gap))));
     if (cols === 3 && H === 4) cols = 2;  // 2 x 2 rather than 3 + 1
     var panel = (plotW - gap * (cols - 1)) / cols;
@@ -493,6 +512,7 @@
         (state.unknown.length === 1 ? "it" : "each") + " as <unk>, a token it never saw in training. " +
         "Try a word it knows:"}));
       state.unknown.forEach(function (u) {
+        if (!u.suggestions.length) return;
         var row = el("p", {"class": "mha-lm-row", role: "group", "aria-label": "instead of " + u.token},
                      [el("span", {text: "\u201c" + u.token + "\u201d \u2192"})]);
         u.suggestions.forEach(function (word) {

@@ -18,6 +18,7 @@ __all__ = [
     "check_bool",
     "check_not_meta",
     "check_positive_int",
+    "check_positive_number",
     "check_probability",
     "check_size",
     "check_tensor",
@@ -77,10 +78,17 @@ def read_scalars(*scalars: Tensor) -> list[float]:
                         else s.to(device=device, dtype=torch.float64) for s in scalars]).tolist()
 
 
+#: The largest size a tensor can have (torch counts in 64-bit integers).
+_LARGEST_SIZE = 2**63 - 1
+
+
 def check_positive_int(value: object, name: str) -> int:
-    """Return ``value`` if it is an integer >= 1 (bools excluded), else raise."""
+    """Return ``value`` if it is an integer >= 1 (bools excluded) that a tensor size can hold,
+    else raise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if value > _LARGEST_SIZE:
+        raise ValueError(f"{name} must be at most 2**63 - 1 (a tensor size), got {value!r}")
     return int(value)
 
 
@@ -113,6 +121,8 @@ def check_size(value: object, name: str) -> int:
     """Return ``value`` if it is an integer >= 0 (bools excluded), else raise (a tensor size)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
         raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    if value > _LARGEST_SIZE:
+        raise ValueError(f"{name} must be at most 2**63 - 1 (a tensor size), got {value!r}")
     return int(value)
 
 

@@ -15,7 +15,7 @@ M = TypeVar("M", bound=nn.Module)
 
 
 @contextmanager
-def eval_mode(module: M) -> Iterator[M]:
+def eval_mode(module: M, name: str = "module") -> Iterator[M]:
     """Put ``module`` (and its children) in eval mode for a ``with`` block, then restore it.
 
     The mode of every submodule is recorded first and restored in a ``finally``, so a module
@@ -28,15 +28,16 @@ def eval_mode(module: M) -> Iterator[M]:
 
     Args:
         module: any :class:`torch.nn.Module`.
+        name: the caller's name for it in the error message (``"model"``, ``"mha"``, ...).
 
     Yields:
         ``module`` itself, in eval mode.
 
     Raises:
-        ValueError: module is not a torch.nn.Module.
+        ValueError: module is not a torch.nn.Module (the message says ``name``).
     """
     if not isinstance(module, nn.Module):
-        raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+        raise ValueError(f"{name} must be a torch.nn.Module, got {type(module).__name__}")
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:

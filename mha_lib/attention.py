@@ -15,18 +15,32 @@ Shape legend
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from mha_lib._checks import check_bool, check_probability, check_tensor, quiet_when_traced
-from mha_lib.masking import CheckedLens, mask_from_valid_lens, masked_softmax, read_valid_lens
+from mha_lib.masking import (
+    CheckedLens,
+    Visible,
+    as_mask,
+    keep_to_bias,
+    masked_softmax,
+    read_valid_lens,
+    softmax_over_kept,
+    visible,
+)
+from mha_lib.masks import Mask
 
-__all__ = ["DotProductAttention", "FiniteDotProductAttention", "check_qkv"]
+__all__ = ["DotProductAttention", "FiniteDotProductAttention", "NonFiniteRule", "all_finite",
+           "check_qkv", "fit_queries", "score_operands"]
 
 
-def check_qkv(queries: Tensor, keys: Tensor, values: Tensor) -> None:
+def check_qkv(queries: Tensor, keys: Tensor, values: Tensor, *, dot: bool = False) -> None:
     """Check that queries, keys and values are 3-D and agree on batch size and length.
+
+    With ``dot`` the queries and keys also meet in a dot product: one feature size d >= 1.
 
     Raises:
         ValueError: naming the argument that does not fit.
@@ -50,6 +64,116 @@ def check_qkv(queries: Tensor, keys: Tensor, values: Tensor) -> None:
                 f"{name} must have the dtype and device of the queries ({queries.dtype} on "
                 f"{queries.device}), got {x.dtype} on {x.device}: convert one with .to(...)"
             )
+    if dot and queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(
+            "queries and keys must have the same feature size d, got "
+            f"{queries.shape[-1]} and {keys.shape[-1]}"
+        )
+    if dot and queries.shape[-1] == 0:
+        raise ValueError("queries and keys must have at least one feature (d >= 1), got d = 0")
+
+
+# --- scores that cannot overflow: the policy of every attention path ---------------------------
+
+#: Scores are kept below 2**(log2(largest float) - _HEADROOM) of the dtype they are computed in
+#: (float32: 2**100, float64: 2**996), far from the largest float, so that the softmax's
+#: max-subtraction cannot overflow either.
+_HEADROOM = 27
+
+
+def _score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype scores are computed in: float32 for half precision (a score past 65504 would
+    overflow float16 to inf, and the softmax to NaN), else the inputs' own."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def fit_queries(queries: Tensor, keys: Tensor) -> Tensor:
+    """The queries, each row scaled down by a power of two where its scores could overflow.
+
+    A dot product of finite vectors can pass the largest float (float32 inputs near 1e20) and
+    become inf, and the softmax then gives NaN. Every term ``|q_i| |k_i|`` of a score of query
+    row q is at most ``|q_i| M_i`` with ``M_i`` the largest ``|k_i|`` of the keys, so a score is
+    at most ``d max_i |q_i| M_i``: where that bound passes 2**100 in float32 (2**996 in
+    float64; the dtype of the scores, :func:`_score_dtype`), the row is multiplied by the power of two that brings it below.
+    Everywhere else the factor is exactly 1 and nothing changes: ordinary inputs give the
+    same bits. A scaled row's softmax has a higher temperature, which changes only score
+    differences far below the rounding error of such large dot products (2**100 / d is
+    2**76 times more than the 1/eps = 2**24 that float32 could resolve). Computed on the device,
+    without reading a value (no host synchronisation); NaN and infinite entries are left to
+    the rule of their layer (they neither set nor get a factor).
+
+    Shapes:
+        queries: (..., Lq, d); keys: (..., Lk, d) with leading axes that broadcast to the
+            queries', or (B, Hkv, Lk, d) for queries (B, H, Lq, d) (query head h meets key head
+            h // (H / Hkv), as in grouped-query attention).
+        returns: queries' shape and dtype.
+    """
+    _check_operands(queries=queries, keys=keys)
+    _check_leading_axes(queries, keys)
+    if keys.shape[-2] == 0 or queries.shape[-1] == 0:
+        return queries  # no score at all
+    with torch.no_grad():
+        dtype = torch.promote_types(_score_dtype(queries.dtype), torch.float32)
+        k = keys.detach().to(dtype)
+        largest = torch.where(torch.isfinite(k), k.abs(), 0.0).amax(-2, keepdim=True)  # (..., 1, d)
+        if queries.dim() == 4 and largest.shape[1] not in (1, queries.shape[1]):
+            largest = largest.repeat_interleave(queries.shape[1] // largest.shape[1], dim=1)
+        # log2 of the bound d * max_i |q_i| M_i, without forming the (overflowing) product
+        terms = queries.detach().to(dtype).abs().log2() + largest.log2()  # (..., Lq, d)
+        log_bound = terms.amax(-1) + math.log2(max(queries.shape[-1], 1))  # (..., Lq)
+        limit = int(math.log2(torch.finfo(_score_dtype(queries.dtype)).max)) - _HEADROOM
+        shift = torch.nan_to_num(log_bound - limit, nan=0.0, posinf=0.0, neginf=0.0)
+        factor = torch.exp2(-shift.clamp(min=0).ceil())  # (..., Lq): 1, or 2**-n
+    return queries * factor[..., None].to(queries.dtype)
+
+
+@quiet_when_traced
+def _check_operands(**tensors: object) -> None:
+    """Raise unless the named tensors are floating point, 2- to 5-D, of one dtype and device,
+    with one feature size (the last axis), as queries and keys that meet in a dot product."""
+    first = None
+    for name, x in tensors.items():
+        check_tensor(x, name, (2, 3, 4, 5))
+        if first is None:
+            first = (name, x)
+        elif (x.dtype, x.device, x.shape[-1]) != (first[1].dtype, first[1].device, first[1].shape[-1]):
+            raise ValueError(
+                f"{name} must have the dtype, device and feature size of the {first[0]} "
+                f"({first[1].dtype} on {first[1].device}, {first[1].shape[-1]}), got {x.dtype} on "
+                f"{x.device}, {x.shape[-1]}"
+            )
+
+
+@quiet_when_traced
+def _check_leading_axes(queries: Tensor, keys: Tensor) -> None:
+    """Raise unless the keys' leading axes broadcast to the queries' (or group their heads)."""
+    lead_q, lead_k = tuple(queries.shape[:-2]), tuple(keys.shape[:-2])
+    grouped = len(lead_q) == len(lead_k) == 2 and lead_q[0] == lead_k[0] and lead_k[1] >= 1 \
+        and lead_q[1] % lead_k[1] == 0
+    try:
+        fits = grouped or torch.broadcast_shapes(lead_q, lead_k) == lead_q
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"keys of shape {tuple(keys.shape)} do not fit queries of shape {tuple(queries.shape)}: "
+            "their leading axes must broadcast to the queries' (or be (B, Hkv) for (B, H))"
+        )
+
+
+def score_operands(queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
+    """``Q / sqrt(d)`` and ``K``, ready to meet in ``Q K^T``: in :func:`_score_dtype`, the
+    queries scaled by :func:`fit_queries` (scores that cannot overflow).
+
+    The queries are scaled rather than the scores: the same numbers, Lk/d times less work.
+
+    Shapes:
+        queries: (..., Lq, d); keys: (..., Lk, d); returns: the same shapes.
+    """
+    _check_operands(queries=queries, keys=keys)
+    dtype = _score_dtype(queries.dtype)
+    queries, keys = queries.to(dtype), keys.to(dtype)
+    return fit_queries(queries / math.sqrt(queries.shape[-1]), keys), keys
 
 
 class DotProductAttention(nn.Module):
@@ -78,18 +202,28 @@ class DotProductAttention(nn.Module):
         valid_lens: Tensor | None = None,
         *,
         need_weights: bool = False,
+        mask: Mask | Visible | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from every query to the valid keys.
+
+        ``mask`` (a :class:`mha_lib.masks.Mask`, queries and keys at positions 0, 1, ...) hides
+        more keys, on top of the valid lengths (or a :class:`mha_lib.masking.Visible`, the mask
+        as ``attend_heads`` built it).
 
         Returns:
             output (B, Lq, dv), or ``(output, weights)`` with weights (B, Lq, Lk) when
             ``need_weights`` is true. The weights are those before dropout.
         """
         _check_attention(queries, keys, values, need_weights)
-        d = queries.shape[-1]
-        # Scale the queries rather than the scores: the same numbers, Lk/d times less work.
-        scores = torch.bmm(queries / math.sqrt(d), keys.transpose(1, 2))  # (B, Lq, Lk)
-        weights = masked_softmax(scores, valid_lens, inplace=True)  # the scores are ours to overwrite
+        q, k = score_operands(queries, keys)  # Q / sqrt(d) and K (scores that cannot overflow)
+        scores = torch.bmm(q, k.transpose(1, 2))  # (B, Lq, Lk)
+        if mask is None:
+            weights = masked_softmax(scores, valid_lens, inplace=True)  # the scores are ours
+        else:  # any mask: its keep mask (B or 1, Lq or 1, Lk)
+            keep = (mask if isinstance(mask, Visible) else
+                    visible(as_mask(valid_lens, mask), *scores.shape)).raw
+            weights = scores.softmax(-1) if keep is None else softmax_over_kept(scores, keep, inplace=True)
+        weights = weights.to(values.dtype)
         output = torch.bmm(self.dropout(weights), values)  # (B, Lq, dv)
         return (output, weights) if need_weights else output
 
@@ -97,15 +231,8 @@ class DotProductAttention(nn.Module):
 @quiet_when_traced
 def _check_attention(queries: Tensor, keys: Tensor, values: Tensor, need_weights: object) -> None:
     """The checks of :meth:`DotProductAttention.forward` (valid_lens: in masked_softmax)."""
-    check_qkv(queries, keys, values)
+    check_qkv(queries, keys, values, dot=True)
     check_bool(need_weights, "need_weights")
-    if queries.shape[-1] != keys.shape[-1]:
-        raise ValueError(
-            "queries and keys must have the same feature size d, got "
-            f"{queries.shape[-1]} and {keys.shape[-1]}"
-        )
-    if queries.shape[-1] == 0:
-        raise ValueError("queries and keys must have at least one feature (d >= 1), got d = 0")
 
 
 class FiniteDotProductAttention(DotProductAttention):
@@ -123,8 +250,8 @@ class FiniteDotProductAttention(DotProductAttention):
       softmax (only when some valid length may be 0);
     * the softmax writes over the scores when autograd does not need them.
 
-    In float16 and bfloat16 the scores and the softmax are computed in float32: a score past
-    65504 would overflow half precision to inf and the softmax to NaN.
+    The scores come from :func:`score_operands` (in float32 for float16 and bfloat16, query
+    rows that could overflow scaled down), as those of :class:`DotProductAttention`.
 
     Unlike :class:`DotProductAttention` it does not shield a query from an infinite or NaN
     score of a key it may not attend to (such a query's row becomes NaN).
@@ -141,36 +268,113 @@ class FiniteDotProductAttention(DotProductAttention):
         valid_lens: Tensor | CheckedLens | None = None,
         *,
         need_weights: bool = False,
+        mask: Mask | Visible | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        valid_lens = _check_finite_attention(queries, keys, values, valid_lens, need_weights)
+        seen = _check_finite_attention(queries, keys, values, valid_lens, need_weights, mask)
         dtype = queries.dtype
-        if dtype in (torch.float16, torch.bfloat16):  # scores and softmax in float32
-            queries, keys = queries.float(), keys.float()
-        queries = queries / math.sqrt(queries.shape[-1])
-        if valid_lens is None:
+        queries, keys = score_operands(queries, keys)  # Q / sqrt(d), K (float32 for half)
+        if seen.keep is None:
             scores = torch.bmm(queries, keys.transpose(1, 2))  # (B, Lq, Lk)
-        else:  # bias: (B, 1 or Lq, Lk), 0 = may attend, -inf = masked
-            bias, empty = mask_from_valid_lens(valid_lens.lens, keys.shape[1],
-                                               fill_empty=valid_lens.lowest in (None, 0),
-                                               bias_dtype=queries.dtype)
+        else:  # bias: (B or 1, Lq or 1, Lk), 0 = may attend, -inf = masked
+            bias = keep_to_bias(seen.keep, queries.dtype)
             scores = torch.baddbmm(bias, queries, keys.transpose(1, 2))  # (B, Lq, Lk)
         if scores.requires_grad:
             weights = torch.softmax(scores, dim=-1)
         else:  # nothing needs the scores again: the weights overwrite them
             weights = torch.softmax(scores, dim=-1, out=scores)
-        if valid_lens is not None and empty is not None:  # some query may keep nothing: zeros
+        if seen.empty is not None:  # a query that sees nothing: zeros
             fill = weights.masked_fill if weights.requires_grad else weights.masked_fill_
-            weights = fill(empty, 0.0)
+            weights = fill(seen.empty, 0.0)
         weights = weights.to(dtype)
         output = torch.bmm(self.dropout(weights), values)  # (B, Lq, dv)
         return (output, weights) if need_weights else output
 
 
 @quiet_when_traced
-def _check_finite_attention(queries, keys, values, valid_lens, need_weights) -> CheckedLens | None:
-    """The checks of :meth:`FiniteDotProductAttention.forward`; returns the checked valid
-    lengths (on the queries' device) or None."""
+def _check_finite_attention(queries, keys, values, valid_lens, need_weights, mask) -> Visible:
+    """The checks of :meth:`FiniteDotProductAttention.forward`; returns the mask as the path
+    uses it (valid lengths checked and read once; a :class:`Visible` is taken as built)."""
     _check_attention(queries, keys, values, need_weights)
-    valid_lens, _ = read_valid_lens(valid_lens, queries.shape[0], queries.shape[1], keys.shape[1],
-                                    device=queries.device)
-    return valid_lens
+    B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
+    if isinstance(mask, Visible):
+        return mask
+    valid_lens, _ = read_valid_lens(valid_lens, B, Lq, Lk, device=queries.device)
+    return visible(as_mask(valid_lens, mask), B, Lq, Lk)
+
+
+# --- the rule for NaN and infinite inputs ----------------------------------------------------------
+
+
+def _sum(x: Tensor, dim: int | tuple[int, ...] | None = None) -> Tensor:
+    """Sum of ``x`` (over ``dim``) that is inf or NaN exactly when an entry is.
+
+    Summed in float64, where finite entries of a narrower dtype cannot overflow (float32's
+    largest, 3.4e38, times 2**900 entries); float64 entries are multiplied by 0 first
+    (finite -> 0, inf and NaN -> NaN).
+    """
+    if x.dtype == torch.float64:
+        x = x * 0
+    return x.sum(dtype=torch.float64) if dim is None else x.sum(dim, dtype=torch.float64)
+
+
+def all_finite(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+    """0-d bool: every input entry is finite (three fast sums, see :func:`_sum`)."""
+    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        check_tensor(x, name, (3, 4))
+    return torch.isfinite(_sum(queries) + _sum(keys) + _sum(values))
+
+
+class NonFiniteRule(NamedTuple):
+    """The rule for NaN and inf inputs, the same on both paths of ``MultiHeadAttention``.
+
+    A query's output row (and its weights) is NaN when the query itself, or a key or value it
+    may attend to, holds a NaN or an infinity (and the query attends to something); an infinity
+    or NaN in a key or value that the query may *not* attend to does not reach it.
+
+    :meth:`of` works the rule out on the device, without reading a value (no host
+    synchronisation): ``spoil`` adds 0 to the rows that follow it and NaN to the broken ones,
+    and ``usable`` zeroes the keys and values that hold a non-finite number (which a masked
+    query would otherwise meet in the kernels' additive masks: x - inf is NaN for x = inf).
+
+    Attributes:
+        nan_rows: (B, Lq), 0 or NaN.
+        usable_kv: (B, Lk) bool, the key-value pairs with finite entries; None when no pair
+            needs zeroing (without valid lengths every query that may attend to a pair is
+            broken by it anyway).
+    """
+
+    nan_rows: Tensor
+    usable_kv: Tensor | None
+
+    @classmethod
+    def of(cls, queries: Tensor, keys: Tensor, values: Tensor, keep: Tensor | None):
+        """The rule for these inputs (None when no key could break a row: Lk = 0).
+
+        Args:
+            keep: the keep mask (B or 1, Lq or 1, Lk) (``Visible.raw``), or None when every
+                query may attend to every key of its example.
+        """
+        B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
+        if Lk == 0:
+            return None  # every query attends to nothing: zeros
+        if keep is None:  # every query may attend to every key of its example
+            used = _sum(keys, (1, 2)) + _sum(values, (1, 2))  # (B,)
+            rows = _sum(queries, -1) + used[:, None]  # (B, Lq): finite iff all it uses is
+            return cls((rows * 0).to(queries.dtype), None)  # finite * 0 = 0; inf, NaN * 0 = NaN
+        finite_q = torch.isfinite(queries).all(-1)  # (B, Lq)
+        finite_kv = torch.isfinite(keys).all(-1) & torch.isfinite(values).all(-1)  # (B, Lk)
+        sees_bad = (keep & ~finite_kv[:, None, :]).any(-1)  # (B, Lq or 1): a bad key it sees
+        broken = sees_bad | (~finite_q & keep.any(-1))  # (B, Lq)
+        nan_rows = torch.zeros(B, Lq, dtype=queries.dtype, device=queries.device)
+        return cls(nan_rows.masked_fill(broken, float("nan")), finite_kv)
+
+    def spoil(self, x: Tensor, inplace: bool = False) -> Tensor:
+        """x + NaN on the broken rows: x (B, H, Lq, ...) with the rows of (B, Lq)."""
+        rows = self.nan_rows[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
+        return x.add_(rows) if inplace else x + rows
+
+    def usable(self, x: Tensor) -> Tensor:
+        """Keys or values (B, Hkv, Lk, d) with the non-finite pairs zeroed."""
+        if self.usable_kv is None:
+            return x
+        return torch.where(self.usable_kv[:, None, :, None], x, 0.0)  # (B, Lk) -> (B, 1, Lk, 1)

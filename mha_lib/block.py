@@ -14,13 +14,22 @@ Shape legend
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mha_lib._checks import check_bool, check_positive_int, check_probability, check_tensor
+from mha_lib._checks import (
+    check_bool,
+    check_positive_int,
+    check_positive_number,
+    check_probability,
+    check_tensor,
+)
 from mha_lib.gqa import GroupedQueryAttention
+from mha_lib.masks import Mask
 from mha_lib.multihead import MultiHeadAttention
 
 __all__ = ["TransformerBlock"]
@@ -67,8 +76,11 @@ class TransformerBlock(nn.Module):
         rope: bool = False,
     ) -> None:
         super().__init__()
+        check_positive_int(d_model, "d_model")  # (the attention layer would name its key_size)
+        check_positive_int(num_heads, "num_heads")
         check_positive_int(d_ff, "d_ff")
         check_probability(dropout, "dropout")
+        layer_norm_eps = check_positive_number(layer_norm_eps, "layer_norm_eps")
         self.norm_first = check_bool(norm_first, "norm_first")
         check_bool(rope, "rope")
         if num_kv_heads is not None or rope:
@@ -81,8 +93,8 @@ class TransformerBlock(nn.Module):
         self.feed_forward = nn.Sequential(
             nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
         )
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm1 = _FittedLayerNorm(d_model, eps=layer_norm_eps)  # (squares that cannot overflow)
+        self.norm2 = _FittedLayerNorm(d_model, eps=layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
@@ -91,6 +103,7 @@ class TransformerBlock(nn.Module):
         x: Tensor,
         valid_lens: Tensor | Sequence[int] | None = None,
         *,
+        mask: Mask | None = None,
         head_mask: Tensor | None = None,
         cache=None,
         positions: Tensor | None = None,
@@ -98,7 +111,8 @@ class TransformerBlock(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Apply the block; the keyword arguments go to the attention layer as they are.
 
-        ``valid_lens`` masks padded keys exactly as in multi-head attention; ``cache`` (one
+        ``valid_lens`` masks padded keys exactly as in multi-head attention, ``mask`` (a
+        :class:`mha_lib.masks.Mask`, e.g. ``causal()``) with them; ``cache`` (one
         layer of a ``mha_lib.decoding.KVCache``) and ``positions`` decode step by step, as in
         :meth:`mha_lib.gqa.GroupedQueryAttention.forward`.
 
@@ -106,7 +120,7 @@ class TransformerBlock(nn.Module):
             x (B, L, D), or ``(x, weights)`` with the attention weights (B, H, L, Lk).
         """
         self._check_input(x)
-        attend = dict(head_mask=head_mask, cache=cache, positions=positions,
+        attend = dict(mask=mask, head_mask=head_mask, cache=cache, positions=positions,
                       need_weights=need_weights)
         if self.norm_first:  # pre-LN: x + f(norm(x))
             h, weights = self._self_attention(self.norm1(x), valid_lens, attend)
@@ -156,6 +170,22 @@ class TransformerBlock(nn.Module):
         block.norm1.load_state_dict(layer.norm1.state_dict())
         block.norm2.load_state_dict(layer.norm2.state_dict())
         return block.train(layer.training)
+
+
+class _FittedLayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` that cannot overflow: a row whose squares could pass the largest float
+    (float32 entries near 1e19) is first divided by a power of two (LayerNorm does not change
+    when its input is scaled, up to ``eps``, which such rows dwarf). Ordinary rows are
+    multiplied by exactly 1: the same bits as ``nn.LayerNorm``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = torch.promote_types(x.dtype, torch.float32)  # (half precision: float32 inside)
+        with torch.no_grad():  # (B, L, D) -> (B, L, 1): the largest entry's power of two
+            top = torch.where(torch.isfinite(x), x.abs(), 0.0).amax(-1, keepdim=True).to(dtype)
+            limit = int(math.log2(torch.finfo(dtype).max)) // 2 - 8  # float32: 2**55
+            shift = (torch.frexp(top).exponent - limit).clamp(min=0)
+            factor = torch.exp2(-shift.to(dtype)).to(x.dtype)
+        return super().forward(x * factor)
 
 
 def _check_torch_layer(layer: object) -> None:

@@ -36,10 +36,11 @@ import torch
 from torch import Tensor
 
 from mha_lib._checks import check_positive_int, check_size, check_tensor, read_scalars, tracing
-from mha_lib.masking import check_positions, mask_from_valid_lens
-from mha_lib.multihead import AttentionCache
+from mha_lib.cached import AttentionCache
+from mha_lib.masking import check_positions
+from mha_lib.masks import causal, sinks, sliding_window
 
-__all__ = ["KVCache", "LayerCache", "causal_keep_mask", "kv_cache_bytes"]
+__all__ = ["KVCache", "LayerCache", "RollingLayerCache", "causal_keep_mask", "kv_cache_bytes"]
 
 
 def causal_keep_mask(num_cached: int, num_new: int, device=None) -> Tensor:
@@ -53,9 +54,7 @@ def causal_keep_mask(num_cached: int, num_new: int, device=None) -> Tensor:
     """
     num_cached = check_size(num_cached, "num_cached")
     n = check_positive_int(num_new, "num_new")
-    valid_lens = torch.arange(num_cached + 1, num_cached + n + 1, device=device)  # (n,)
-    keep, _ = mask_from_valid_lens(valid_lens[None], num_cached + n)  # (1, n, L + n)
-    return keep[0]  # (n, L + n)
+    return causal().dense(1, n, num_cached + n, num_cached, device=device)[0]  # (n, L + n)
 
 
 def kv_cache_bytes(
@@ -129,17 +128,11 @@ class LayerCache(AttentionCache):
             returns: keys and values (B, H, L + n, d), views of the storage.
 
         Raises:
-            ValueError: keys or values not 4-D, of different shapes, or not matching what is
+            ValueError: keys or values not 4-D, of different shapes, dtypes or devices, or not matching what is
                 cached (batch size, number of heads, head size, dtype, device); positions of
                 another shape or out of range.
         """
-        check_tensor(keys, "keys", 4)
-        check_tensor(values, "values", 4)
-        if keys.shape != values.shape:
-            raise ValueError(
-                f"keys and values must have one shape (B, H, n, d), got {tuple(keys.shape)} "
-                f"and {tuple(values.shape)}"
-            )
+        self._check_pair(keys, values)
         B, H, n, d = keys.shape
         if self._keys is not None:
             self._check_fits(keys)
@@ -163,6 +156,22 @@ class LayerCache(AttentionCache):
                 self._values.scatter_(2, index, values)
         self._length = L + n
         return self.keys, self.values
+
+    @staticmethod
+    def _check_pair(keys: object, values: object) -> None:
+        """Raise unless keys and values are 4-D floating-point tensors of one shape, dtype, device."""
+        check_tensor(keys, "keys", 4)
+        check_tensor(values, "values", 4)
+        if keys.shape != values.shape:
+            raise ValueError(
+                f"keys and values must have one shape (B, H, n, d), got {tuple(keys.shape)} "
+                f"and {tuple(values.shape)}"
+            )
+        if values.dtype != keys.dtype or values.device != keys.device:  # (the cache stores one dtype)
+            raise ValueError(
+                f"values must have the dtype and device of the keys ({keys.dtype} on {keys.device}), "
+                f"got {values.dtype} on {values.device}: convert one with .to(...)"
+            )
 
     def _stored(self, old: Tensor | None, new: Tensor, index: Tensor | None) -> Tensor:
         """Out of place (for autograd): the cached tensor with the n new positions stored."""
@@ -218,18 +227,105 @@ class LayerCache(AttentionCache):
         return bigger
 
 
+class RollingLayerCache(LayerCache):
+    """One layer's cache for sliding-window attention: only the last ``window`` positions (and
+    the first ``num_sinks``) stay, in order, O(window) memory however long the sequence: between
+    steps the last ``window - 1``, which with the next token make its window.
+
+    Each update appends n positions at the end (``positions`` must be None), returns what the
+    n new queries may need (the kept keys and the n new ones, their positions in
+    :meth:`key_positions`), then forgets what no later query can see.
+
+    Args:
+        window: each query sees the keys of the ``window`` last positions (itself included).
+        num_sinks: the first positions, seen by every query (StreamingLLM's attention sinks).
+    """
+
+    def __init__(self, window: int, num_sinks: int = 0) -> None:
+        self.window = check_positive_int(window, "window")
+        self.num_sinks = check_size(num_sinks, "num_sinks")
+        self.mask = sliding_window(window) | sinks(num_sinks) if num_sinks else sliding_window(window)
+        super().__init__()
+
+    def reset(self) -> None:
+        super().reset()
+        self._positions: Tensor | None = None  # (m,), the positions of the kept keys
+        self._returned: Tensor | None = None  # (Lk,), those of the keys the last update returned
+
+    @property
+    def keys(self) -> Tensor | None:
+        """The kept keys, (B, H, m, d) with m <= window - 1 + num_sinks."""
+        return self._keys
+
+    @property
+    def values(self) -> Tensor | None:
+        """The kept values, (B, H, m, d)."""
+        return self._values
+
+    def key_positions(self, device: torch.device | None = None) -> Tensor:
+        """(1, Lk): positions of the keys the last update returned."""
+        return self._returned.to(device)[None]
+
+    def update(
+        self, keys: Tensor, values: Tensor, positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Append n positions; return the kept keys and values with the new ones, (B, H, Lk, d).
+
+        Raises:
+            ValueError: as :meth:`LayerCache.update`; ``positions`` given (a rolling cache
+                only appends).
+        """
+        if positions is not None:
+            raise ValueError("positions: a rolling cache (window=) only appends; leave positions=None")
+        self._check_pair(keys, values)
+        if self._keys is not None:
+            self._check_fits(keys)
+        L, n = self._length, keys.shape[2]
+        new = torch.arange(L, L + n, device=keys.device)  # (n,)
+        if self._keys is None:
+            k_all, v_all, p_all = keys, values, new
+        else:  # (B, H, m, d) + (B, H, n, d) -> (B, H, m + n, d)
+            k_all, v_all = torch.cat([self._keys, keys], 2), torch.cat([self._values, values], 2)
+            p_all = torch.cat([self._positions, new])
+        # Keep the sinks (positions 0 .. s-1, at the front) and the last window - 1 positions:
+        # with the next token, the window of the next query
+        m = p_all.shape[0]
+        front = min(self.num_sinks, L + n)
+        start = max(front, m - (self.window - 1))
+        self._keys = torch.cat([k_all[:, :, :front], k_all[:, :, start:]], 2)
+        self._values = torch.cat([v_all[:, :, :front], v_all[:, :, start:]], 2)
+        self._positions = torch.cat([p_all[:front], p_all[start:]])
+        self._returned, self._length = p_all, L + n
+        return k_all, v_all
+
+
 class KVCache(AttentionCache):
     """Keys and values of every attention layer of a model, for decoding step by step.
 
     ``cache[i]`` is the :class:`LayerCache` of layer ``i``; a one-layer cache (the default)
     can also be passed as is: ``mha(x_t, x_t, x_t, cache=KVCache())``.
 
+    With ``window`` every layer is a :class:`RollingLayerCache`: it keeps only the keys and
+    values of the last ``window`` positions (and of the first ``num_sinks``), memory
+    O(window) instead of O(L), and attends with ``sliding_window(window) | sinks(num_sinks)``:
+    equal to a full cache with that mask, and to attention without a cache under it.
+
     Args:
         num_layers: how many attention layers share this cache (one entry each).
+        window: None (keep everything), or the positions each query sees, >= 1.
+        num_sinks: with ``window``, the first positions every query also sees (attention
+            sinks, StreamingLLM), >= 0.
     """
 
-    def __init__(self, num_layers: int = 1) -> None:
-        self.layers = [LayerCache() for _ in range(check_positive_int(num_layers, "num_layers"))]
+    def __init__(self, num_layers: int = 1, *, window: int | None = None, num_sinks: int = 0) -> None:
+        num_layers = check_positive_int(num_layers, "num_layers")
+        num_sinks = check_size(num_sinks, "num_sinks")
+        if window is None:
+            if num_sinks:
+                raise ValueError(f"num_sinks = {num_sinks} needs a window: pass window= too")
+            self.layers = [LayerCache() for _ in range(num_layers)]
+        else:
+            self.layers = [RollingLayerCache(window, num_sinks) for _ in range(num_layers)]
 
     def __getitem__(self, i: int) -> LayerCache:
         if isinstance(i, bool) or not isinstance(i, int) or not -len(self.layers) <= i < len(self.layers):
@@ -255,6 +351,15 @@ class KVCache(AttentionCache):
     ) -> tuple[Tensor, Tensor]:
         """:meth:`LayerCache.update` of the only layer (a cache of several layers needs ``cache[i]``)."""
         return _layer_cache(self).update(keys, values, positions)
+
+    @property
+    def mask(self):
+        """The mask of the only layer's contents (see :class:`RollingLayerCache`)."""
+        return _layer_cache(self).mask
+
+    def key_positions(self, device: torch.device | None = None) -> Tensor:
+        """The only layer's :meth:`~mha_lib.cached.AttentionCache.key_positions`."""
+        return _layer_cache(self).key_positions(device)
 
 
 def _layer_cache(cache: object) -> LayerCache:

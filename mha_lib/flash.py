@@ -14,22 +14,34 @@ kept *running* as blocks of keys arrive (Milakov & Gimelshein, 2018; Dao et al.,
 block raises the maximum from ``m`` to ``m'``, everything summed so far was scaled by
 ``exp(-m)`` and must be rescaled by ``exp(m - m')``. At the end, output = weighted sum / sum.
 Only a (B, Lq, b) block of scores exists at any time, never the (B, Lq, Lk) matrix.
+
+A mask (:mod:`mha_lib.masks`) saves work: :func:`tiled_attention` cuts the scores into tiles of
+b queries by b keys and asks the mask's tile rule (:meth:`mha_lib.masks.Mask.tiles`) which
+ones to skip (the mask hides them: half the tiles of a causal mask, all but a band of a
+sliding window) and on which it needs no mask at all (it shows them fully).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from mha_lib._checks import check_positive_int
-from mha_lib.attention import check_qkv
-from mha_lib.masking import mask_from_valid_lens, read_valid_lens
+from mha_lib.attention import check_qkv, score_operands
+from mha_lib.masking import as_mask, read_valid_lens
+from mha_lib.masks import Mask, TileMap
 
-__all__ = ["OnlineSoftmaxState", "online_softmax_blocks", "tiled_attention", "tiled_attention_steps"]
+__all__ = [
+    "OnlineSoftmaxState",
+    "online_softmax_blocks",
+    "online_step",
+    "tiled_attention",
+    "tiled_attention_steps",
+]
 
 
 @dataclass
@@ -40,6 +52,8 @@ class OnlineSoftmaxState:
         running_max: (B, Lq), the largest valid score so far (the lowest float if none yet)
         running_sum: (B, Lq), sum of exp(score - running_max) over the valid keys so far
         accumulator: (B, Lq, dv), sum of exp(score - running_max) * value
+
+    In float32 for half-precision inputs (as the scores: see ``mha_lib.attention.score_operands``).
     """
 
     keys_seen: int
@@ -58,19 +72,39 @@ class OnlineSoftmaxState:
         return self.accumulator / safe[..., None]
 
 
-def _check(queries, keys, values, valid_lens, block_size):
-    """The checks of :func:`online_softmax_blocks`; returns the valid lengths (checked, on the
-    queries' device: one host read) and the block size."""
-    check_qkv(queries, keys, values)
-    if queries.shape[-1] != keys.shape[-1]:
-        raise ValueError(
-            "queries and keys must have the same feature size d, got "
-            f"{queries.shape[-1]} and {keys.shape[-1]}"
-        )
+def _check(queries, keys, values, valid_lens, block_size, mask):
+    """The checks of :func:`online_softmax_blocks` and :func:`tiled_attention`; returns the mask
+    (valid lengths included, read once), its tile rule (None without a mask) and the block size."""
+    check_qkv(queries, keys, values, dot=True)
     block_size = check_positive_int(block_size, "block_size")
     B, Lq, _ = queries.shape
-    valid_lens, _ = read_valid_lens(valid_lens, B, Lq, keys.shape[1], device=queries.device)
-    return valid_lens, block_size
+    Lk = keys.shape[1]
+    valid_lens, _ = read_valid_lens(valid_lens, B, Lq, Lk, device=queries.device)
+    rule = as_mask(valid_lens, mask)
+    tiles = None if rule is None else rule.tiles(B, Lq, Lk, block_size, device=queries.device)
+    return rule, tiles, block_size
+
+
+def online_step(m: Tensor, s: Tensor, acc: Tensor, scores: Tensor, values: Tensor,
+                keep: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """One block of keys through the online softmax: the running max, sum and weighted sum after it.
+
+    Shapes:
+        m, s: (B, Lq); acc: (B, Lq, dv); scores: (B, Lq, b) (overwritten); values: (B, b, dv);
+        keep: None, or bool broadcastable to the scores (True = may attend)
+    """
+    if keep is not None:
+        scores = scores.masked_fill_(~keep, torch.finfo(scores.dtype).min)
+    # The maximum only keeps exp() in range: the output does not depend on it, so it
+    # needs no gradient (detached), and the scores can then be shifted in place.
+    m_new = torch.maximum(m, scores.detach().amax(dim=-1))  # (B, Lq)
+    correction = torch.exp(m - m_new)  # (B, Lq): rescales what was summed so far
+    p = torch.exp(scores.sub_(m_new[..., None]))  # (B, Lq, b)
+    if keep is not None:
+        p = p * keep  # masked keys add nothing, even before the first valid one
+    s = s * correction + p.sum(dim=-1)
+    acc = acc * correction[..., None] + p @ values  # (B, Lq, dv)
+    return m_new, s, acc
 
 
 def online_softmax_blocks(
@@ -80,48 +114,40 @@ def online_softmax_blocks(
     valid_lens: Tensor | Sequence[float] | None = None,
     *,
     block_size: int = 64,
+    mask: Mask | None = None,
 ) -> Iterator[OnlineSoftmaxState]:
     """The online softmax: walk the keys in blocks, yield the running state after each block.
 
     Shapes and arguments as in :func:`tiled_attention`; the last state's ``output`` is the
-    attention output.
+    attention output. A block of keys that no query may see is skipped.
     """
-    valid_lens, block_size = _check(queries, keys, values, valid_lens, block_size)
+    rule, tiles, block_size = _check(queries, keys, values, valid_lens, block_size, mask)
     B, Lq, d = queries.shape
     Lk = keys.shape[1]
-    lowest = torch.finfo(queries.dtype).min
-    m = queries.new_full((B, Lq), lowest)  # running max
-    s = queries.new_zeros(B, Lq)  # running sum
-    acc = queries.new_zeros(B, Lq, values.shape[-1])  # running weighted sum
-    q = queries / math.sqrt(d)
-    # Blocks past the longest valid length hold no key anybody may see: stop there.
-    end = Lk if valid_lens is None else _longest(valid_lens)
-    for start in range(0, end, block_size):
+    q, keys = score_operands(queries, keys)  # Q / sqrt(d) (scores that cannot overflow), K
+    values = values.to(q.dtype)  # (float32 for half precision, as the scores)
+    m = q.new_full((B, Lq), torch.finfo(q.dtype).min)  # running max
+    s = q.new_zeros(B, Lq)  # running sum
+    acc = q.new_zeros(B, Lq, values.shape[-1])  # running weighted sum
+    # Per block of keys: 0 no query sees it (skip), 1 the mask applies, 2 every query sees all of it
+    if tiles is None or Lq == 0:
+        states = [2 if Lq else 0] * -(-Lk // block_size)
+    else:  # a column of tiles: skipped when all are, without the mask when all are full
+        tile_states = tiles.states  # (nQ, nK)
+        states = torch.where(tile_states.amax(0) == 0, 0,
+                             torch.where(tile_states.amin(0) == 2, 2, 1)).tolist()  # (nK,)
+    walked = False
+    for c, start in enumerate(range(0, Lk, block_size)):
+        if states[c] == 0:
+            continue
         stop = min(start + block_size, Lk)
         scores = q @ keys[:, start:stop].transpose(1, 2)  # (B, Lq, b)
-        if valid_lens is not None:  # keep: (B, Lq or 1, b), keys start .. stop - 1
-            keep, _ = mask_from_valid_lens(valid_lens.lens, stop - start, first_key=start)
-            scores = scores.masked_fill_(~keep, lowest)
-        # The maximum only keeps exp() in range: the output does not depend on it, so it
-        # needs no gradient (detached), and the scores can then be shifted in place.
-        m_new = torch.maximum(m, scores.detach().amax(dim=-1))  # (B, Lq)
-        correction = torch.exp(m - m_new)  # (B, Lq): rescales what was summed so far
-        p = torch.exp(scores.sub_(m_new[..., None]))  # (B, Lq, b)
-        if valid_lens is not None:
-            p = p * keep  # masked keys add nothing, even before the first valid one
-        s = s * correction + p.sum(dim=-1)
-        acc = acc * correction[..., None] + p @ values[:, start:stop]  # (B, Lq, dv)
-        m = m_new
+        keep = None if states[c] == 2 else rule.block(B, (0, Lq), (start, stop), device=q.device)
+        m, s, acc = online_step(m, s, acc, scores, values[:, start:stop], keep)
+        walked = True
         yield OnlineSoftmaxState(stop, m, s, acc)
-    if end == 0:  # every row has valid length 0: nothing to walk
+    if not walked:  # no query sees any key: nothing to walk
         yield OnlineSoftmaxState(0, m, s, acc)
-
-
-def _longest(valid_lens) -> int:
-    """The largest valid length (read by the check; read here only while a graph is recorded)."""
-    if valid_lens.highest is not None or valid_lens.lens.numel() == 0:
-        return valid_lens.highest or 0
-    return int(valid_lens.lens.max())
 
 
 def tiled_attention(
@@ -131,29 +157,74 @@ def tiled_attention(
     valid_lens: Tensor | Sequence[float] | None = None,
     *,
     block_size: int = 64,
-) -> Tensor:
-    """Scaled dot-product attention computed block by block over the keys (online softmax).
+    mask: Mask | None = None,
+    return_tiles: bool = False,
+) -> Tensor | tuple[Tensor, TileMap]:
+    """Scaled dot-product attention computed tile by tile (online softmax), skipping what the
+    mask hides.
 
-    Equals ``DotProductAttention`` (and ``masked_softmax``'s convention: a query with valid
-    length 0 gets zeros) while holding only a (B, Lq, block_size) block of scores at a time.
+    Equals ``DotProductAttention`` (and ``masked_softmax``'s convention: a query that sees
+    nothing gets zeros) while holding only a (B, b, b) tile of scores at a time. The scores are
+    cut into tiles of ``block_size`` queries by ``block_size`` keys; the mask's tile rule
+    (:meth:`mha_lib.masks.Mask.tiles`) skips the tiles it hides and computes those it shows
+    fully without a mask. Also for NaN and inf: a non-finite value reaches every
+    query of its example (weight 0 times NaN is NaN, as in ``DotProductAttention``), a
+    non-finite key only the queries that may attend to it.
 
     Shapes:
         queries: (B, Lq, d)
         keys: (B, Lk, d)
         values: (B, Lk, dv)
         valid_lens: None, (B,) or (B, Lq)
-        returns: (B, Lq, dv)
+        mask: None or a :class:`mha_lib.masks.Mask` (queries and keys at positions 0, 1, ...)
+        returns: (B, Lq, dv), and with ``return_tiles`` the :class:`~mha_lib.masks.TileMap`
+            (``tiles.computed`` of ``tiles.total`` tiles were computed)
 
     Args:
-        block_size: keys per block, >= 1.
+        block_size: queries and keys per tile, >= 1.
 
     Raises:
         ValueError: inputs that do not fit (as for ``DotProductAttention``), bad valid
-            lengths, or block_size < 1.
+            lengths or mask, or block_size < 1.
     """
-    for state in online_softmax_blocks(queries, keys, values, valid_lens, block_size=block_size):
-        pass
-    return state.output
+    rule, tiles, block_size = _check(queries, keys, values, valid_lens, block_size, mask)
+    B, Lq, _ = queries.shape
+    Lk = keys.shape[1]
+    nK = -(-Lk // block_size)
+    if tiles is None:  # no mask: every tile, none masked
+        shape = (B, -(-Lq // block_size), nK)
+        tiles = TileMap(torch.zeros(shape, dtype=torch.bool), torch.ones(shape, dtype=torch.bool),
+                        block_size)
+        # nothing to skip: one block of all the queries, so only the keys are tiled (the
+        # (B, Lq, b) scores of one block of keys at a time; fewer, larger products)
+        q_block, states = max(Lq, 1), [[2] * nK]
+    else:
+        q_block, states = block_size, tiles.states.tolist()  # (nQ, nK): 0 skip, 1 with the mask, 2 without
+    q, keys = score_operands(queries, keys)  # Q / sqrt(d) (scores that cannot overflow), K
+    values = values.to(q.dtype)
+    # The weights 0 of DotProductAttention meet the values of skipped tiles too: per block of
+    # keys, 0, or NaN where a value is NaN or inf. (B, Lk, dv) -> (B, nK, b, dv) -> (B, nK, dv)
+    zeros = F.pad(values * 0, (0, 0, 0, nK * block_size - Lk))
+    zeros = zeros.reshape(B, nK, block_size, values.shape[-1]).sum(2)
+    rows = []
+    for r, r0 in enumerate(range(0, Lq, q_block)):
+        r1 = min(r0 + q_block, Lq)
+        m = q.new_full((B, r1 - r0), torch.finfo(q.dtype).min)  # running max of the block
+        s = q.new_zeros(B, r1 - r0)  # running sum
+        acc = q.new_zeros(B, r1 - r0, values.shape[-1])  # running weighted sum
+        for c, c0 in enumerate(range(0, Lk, block_size)):
+            if states[r][c] == 0:
+                continue  # the mask hides the tile
+            c1 = min(c0 + block_size, Lk)
+            scores = q[:, r0:r1] @ keys[:, c0:c1].transpose(1, 2)  # (B, b or Lq, b)
+            keep = None if states[r][c] == 2 else rule.block(B, (r0, r1), (c0, c1), device=q.device)
+            m, s, acc = online_step(m, s, acc, scores, values[:, c0:c1], keep)
+        out = OnlineSoftmaxState(Lk, m, s, acc).output  # (B, b, dv)
+        skipped = [c for c in range(nK) if states[r][c] == 0]
+        rows.append(out + zeros[:, skipped].sum(1, keepdim=True) if skipped else out)
+    out = torch.cat(rows, dim=1) if rows else q.new_zeros(B, 0, values.shape[-1])  # (B, Lq, dv)
+    out = out.to(queries.dtype)
+    return (out, tiles) if return_tiles else out
 
 
 def tiled_attention_steps(
@@ -163,9 +234,9 @@ def tiled_attention_steps(
     valid_lens: Tensor | Sequence[float] | None = None,
     *,
     block_size: int = 64,
+    mask: Mask | None = None,
 ) -> list[OnlineSoftmaxState]:
-    """Every intermediate state of :func:`tiled_attention`, one per block (for figures).
-
-    The last state's ``output`` is what :func:`tiled_attention` returns.
-    """
-    return list(online_softmax_blocks(queries, keys, values, valid_lens, block_size=block_size))
+    """Every intermediate state of the online softmax over the keys, one per block of keys
+    (for figures); the last state's ``output`` is what :func:`tiled_attention` returns."""
+    return list(online_softmax_blocks(queries, keys, values, valid_lens, block_size=block_size,
+                                      mask=mask))

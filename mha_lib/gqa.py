@@ -23,7 +23,6 @@ the language models that use grouped-query attention do.
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import torch
@@ -31,13 +30,16 @@ from torch import Tensor, nn
 
 from mha_lib._checks import (
     check_bool,
+    check_not_meta,
     check_positive_int,
     check_probability,
     quiet_when_traced,
 )
-from mha_lib.attention import FiniteDotProductAttention, check_qkv
+from mha_lib.attention import FiniteDotProductAttention, NonFiniteRule, check_qkv, score_operands
+from mha_lib.cached import query_positions
 from mha_lib.heads import merge_heads, split_heads
-from mha_lib.masking import check_positions, softmax_over_kept
+from mha_lib.masking import as_mask, check_positions, softmax_over_kept, visible
+from mha_lib.masks import Mask
 from mha_lib.multihead import (
     MultiHeadAttention,
     attend_heads,
@@ -46,6 +48,7 @@ from mha_lib.multihead import (
     check_head_mask,
     check_head_shapes,
     read_lens_and_gates,
+    read_lens_and_finite,
 )
 from mha_lib.positions import rotary
 
@@ -80,18 +83,40 @@ def grouped_attention(
     check_head_shapes(q, k, v)
     B, H, Lq, d = q.shape
     Hkv, Lk = k.shape[1], k.shape[2]
+    _check_grouped_extras(keep, dropout, (B, H, Lq, Lk))
     g = H // Hkv
     q = q.reshape(B, Hkv, g, Lq, d)  # (B, H, Lq, d) -> (B, Hkv, g, Lq, d)
     k, v = k[:, :, None], v[:, :, None]  # (B, Hkv, Lk, d) -> (B, Hkv, 1, Lk, d)
-    scores = (q / math.sqrt(d)) @ k.transpose(-1, -2)  # (B, Hkv, g, Lq, Lk)
+    q_s, k_s = score_operands(q, k)  # q / sqrt(d) and k (scores that cannot overflow)
+    scores = q_s @ k_s.transpose(-1, -2)  # (B, Hkv, g, Lq, Lk)
     if keep is None:
         weights = torch.softmax(scores, dim=-1)
     else:
         keep = keep.expand(B, H, Lq, Lk).reshape(B, Hkv, g, Lq, Lk)  # (B, H, ..) -> (B, Hkv, g, ..)
         weights = softmax_over_kept(scores, keep)
+    weights = weights.to(v.dtype)
     out = (weights if dropout is None else dropout(weights)) @ v  # (B, Hkv, g, Lq, Lk) @ (B, Hkv, 1, Lk, d) -> (B, Hkv, g, Lq, d)
     # (B, Hkv, g, Lq, .) -> (B, H, Lq, .)
     return out.reshape(B, H, Lq, d), weights.reshape(B, H, Lq, Lk)
+
+
+def _check_grouped_extras(keep: object, dropout: object, shape: tuple[int, ...]) -> None:
+    """The checks of :func:`grouped_attention`'s ``keep`` (bool, broadcastable to (B, H, Lq, Lk))
+    and ``dropout`` (None or callable)."""
+    if keep is not None:
+        if not isinstance(keep, Tensor) or keep.dtype != torch.bool:
+            raise ValueError(
+                f"keep must be a boolean torch.Tensor, got {getattr(keep, 'dtype', type(keep).__name__)}"
+            )
+        check_not_meta(keep, "keep")
+        try:
+            fits = keep.dim() <= 4 and torch.broadcast_shapes(keep.shape, shape) == shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(f"keep must broadcast to (B, H, Lq, Lk) = {shape}, got {tuple(keep.shape)}")
+    if dropout is not None and not callable(dropout):
+        raise ValueError(f"dropout must be None or a module, got {type(dropout).__name__}")
 
 
 class GroupedQueryAttention(nn.Module):
@@ -149,6 +174,7 @@ class GroupedQueryAttention(nn.Module):
         values: Tensor,
         valid_lens: Tensor | Sequence[float] | None = None,
         *,
+        mask: Mask | None = None,
         need_weights: bool = False,
         head_mask: Tensor | None = None,
         cache=None,
@@ -160,6 +186,8 @@ class GroupedQueryAttention(nn.Module):
             queries, keys, values: see the shape legend.
             valid_lens: how many key-value pairs each example (B,) or query (B, Lq) may use;
                 with a cache, counted from the first cached position (at most L + Lq).
+            mask: a :class:`mha_lib.masks.Mask` (with valid lengths: both apply), at the
+                positions of the queries and keys (with a cache, as ``positions`` places them).
             need_weights: also return the weights (B, H, Lq, Lk).
             head_mask: gates of the query heads, (H,) or (B, H), multiplying each head's
                 output before ``W_o`` (as in ``MultiHeadAttention``).
@@ -180,8 +208,8 @@ class GroupedQueryAttention(nn.Module):
             ValueError: inputs that do not fit (sizes, dtype, device), bad valid lengths, head
                 mask, cache or positions.
         """
-        valid_lens, gates = self._check_forward(
-            queries, keys, values, valid_lens, need_weights, head_mask, cache, positions)
+        mask, gates, finite = self._check_forward(
+            queries, keys, values, valid_lens, mask, need_weights, head_mask, cache, positions)
         H, Hkv = self.num_heads, self.num_kv_heads
         q = split_heads(self.W_q(queries), H)  # (B, Lq, D) -> (B, H, Lq, d)
         k = split_heads(self.W_k(keys), Hkv)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
@@ -189,9 +217,12 @@ class GroupedQueryAttention(nn.Module):
         if self.rope:
             q, k = self._rotate(q, k, cache, positions)
         if cache is not None:  # decoding: the cached positions are keys too
-            k, v, valid_lens = cached_keys_values(cache, k, v, valid_lens, positions)
-        out, weights = attend_heads(q, k, v, valid_lens, self.attention, need_weights=need_weights,
-                                    gates=gates)  # out: (B, H, Lq, d)
+            k, v, seen = cached_keys_values(cache, k, v, mask, positions)
+        else:
+            seen = visible(mask, *queries.shape[:2], keys.shape[1])
+        nonfinite = None if finite else NonFiniteRule.of(queries, keys, values, seen.raw)
+        out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
+                                    gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
         output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
         return (output, weights) if need_weights else output
 
@@ -199,19 +230,22 @@ class GroupedQueryAttention(nn.Module):
         """RoPE: rotate queries (B, H, Lq, d) and keys (B, Hkv, Lk, d) by their positions."""
         B, _, Lq, _ = q.shape
         Lk = k.shape[2]
-        if positions is None:
-            start = 0 if cache is None else len(cache)
-            positions = torch.arange(start, start + Lq, device=q.device)  # (Lq,)
+        if cache is not None:  # the positions the mask of the step reads too
+            positions = query_positions(cache, positions, B, Lq, q.device)  # (1 or B, Lq)
+        elif positions is None:
+            positions = torch.arange(Lq, device=q.device)[None]  # (1, Lq)
         else:
             positions = check_positions(positions, B, Lq).to(q.device)  # (B, Lq)
+        positions = positions.expand(B, Lq)  # (1 or B, Lq) -> (B, Lq)
         key_positions = positions if Lk == Lq else torch.arange(Lk, device=k.device)
         return rotary(q, positions), rotary(k, key_positions)
 
     @quiet_when_traced
-    def _check_forward(self, queries, keys, values, valid_lens, need_weights, head_mask, cache,
-                       positions):
-        """The checks of :meth:`forward` (at most one host read: valid lengths, head gates);
-        returns the checked valid lengths (or None) and the head gates (B, H) (or None)."""
+    def _check_forward(self, queries, keys, values, valid_lens, mask, need_weights, head_mask,
+                       cache, positions):
+        """The checks of :meth:`forward` (at most one host read: valid lengths, head gates,
+        whether the inputs are finite); returns the mask (valid lengths included, or None), the
+        head gates (B, H) (or None) and whether the inputs are finite (as MultiHeadAttention's)."""
         check_qkv(queries, keys, values)
         check_bool(need_weights, "need_weights")
         D, weight = self.W_q.in_features, self.W_q.weight
@@ -225,10 +259,12 @@ class GroupedQueryAttention(nn.Module):
                 )
         B, Lq, _ = queries.shape
         gates = check_head_mask(head_mask, self.num_heads, B, queries)
-        num_keys = keys.shape[1]
-        if cache is not None:
+        if cache is not None:  # (no rule for non-finite inputs with a cache)
             num_keys = check_cached_attention(cache, queries, keys, positions)
-        elif positions is not None:
+            valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
+                                                device=queries.device)
+            return as_mask(valid_lens, mask), gates, True
+        if positions is not None:
             if not self.rope:
                 raise ValueError("positions are used with rope=True or with a cache, got neither")
             check_positions(positions, B, Lq)
@@ -237,9 +273,8 @@ class GroupedQueryAttention(nn.Module):
                     "positions place the queries and, in self-attention, the keys: with "
                     f"{Lq} queries but {keys.shape[1]} keys, leave positions=None"
                 )
-        valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
-                                            device=queries.device)
-        return valid_lens, gates
+        valid_lens, finite = read_lens_and_finite(queries, keys, values, valid_lens, gates)
+        return as_mask(valid_lens, mask), gates, finite
 
 
 def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAttention:

@@ -89,6 +89,7 @@ def attention_entropy(weights: Tensor, valid_lens: Tensor | Sequence[float] | No
         raise ValueError("weights must be finite, got NaN or inf entries")
     if (weights < 0).any():
         raise ValueError(f"weights must be non-negative probabilities, got a minimum of {weights.min().item():.3g}")
+    _check_row_sums(weights)
     tiny = torch.finfo(weights.dtype).tiny  # 0 * log(tiny) = 0: a key with weight 0 adds nothing
     row_entropy = -(weights * torch.log(weights.clamp(min=tiny))).sum(-1)  # (B, H, Lq)
     valid_lens = check_valid_lens(valid_lens, B, Lq, Lk)
@@ -108,6 +109,19 @@ def attention_entropy(weights: Tensor, valid_lens: Tensor | Sequence[float] | No
     if not real.any():
         raise ValueError("valid_lens marks no real query (all 0): the mean entropy is undefined")
     return (row_entropy * real).sum(dim=(0, 2)) / real.sum(dim=(0, 2))
+
+
+def _check_row_sums(weights: Tensor) -> None:
+    """Raise unless every row of ``weights`` sums to 1 (a distribution) or to 0 (a query that
+    sees nothing), up to rounding (a few units of the dtype's precision, at least 1e-4)."""
+    sums = weights.sum(-1, dtype=torch.float64)  # (B, H, Lq)
+    tol = max(1e-4, 8 * torch.finfo(weights.dtype).eps)
+    bad = ((sums - 1).abs() > tol) & (sums.abs() > tol)
+    if bad.any():
+        raise ValueError(
+            "weights must be attention distributions, each row summing to 1 (or 0 for a query "
+            f"that sees nothing), got a row summing to {sums[bad][0].item():.6g}"
+        )
 
 
 def _check_shape(heads: object) -> tuple[int, ...]:
@@ -262,12 +276,12 @@ def spearman(a: Tensor | Sequence[float], b: Tensor | Sequence[float]) -> float:
 
 def _check_scores(x: object, name: str, min_len: int) -> Tensor:
     """Return ``x`` as a 1-D float64 tensor of finite real numbers with ``min_len`` entries or more."""
+    if isinstance(x, Tensor) and x.is_meta:
+        raise ValueError(f"{name} must hold values, got a tensor on the meta device")
     try:
         t = torch.as_tensor(x)
     except (TypeError, ValueError, RuntimeError) as err:
         raise ValueError(f"{name} must be a 1-D tensor or list of numbers: {err}") from None
-    if t.is_meta:
-        raise ValueError(f"{name} must hold values, got a tensor on the meta device")
     if t.dtype == torch.bool or t.is_complex() or t.dim() != 1 or t.numel() < min_len:
         raise ValueError(
             f"{name} must be 1-D real numbers with at least {min_len} entries, "

@@ -45,6 +45,7 @@ Shape legend
 from __future__ import annotations
 
 import base64
+import math
 import numbers
 import statistics
 import sys
@@ -61,7 +62,7 @@ from mha_lib._checks import as_tensor, check_bool, check_not_meta, check_positiv
 from mha_lib._modes import eval_mode
 from mha_lib.block import TransformerBlock
 from mha_lib.decoding import KVCache
-from mha_lib.stories import GENDER, RELATIONS, Story, Tokenizer, sample_stories
+from mha_lib.stories import GENDER, RELATIONS, Story, Tokenizer, check_stories, link_mask, sample_stories
 from mha_lib.timing import time_paired
 from mha_lib.training import (
     TrainResult,
@@ -79,11 +80,11 @@ __all__ = [
     "KIND",
     "PRETRAINED_PATH",
     "StoryLM",
+    "check_model",
     "encode_stories",
     "evaluate",
     "export",
     "held_out_stories",
-    "link_mask",
     "load_pretrained",
     "main",
     "next_token_losses",
@@ -101,6 +102,10 @@ _HELD_OUT_SEED = 1
 ``sample_stories(batch_size, 2 * (c * 10**6 + s))``: even seeds only, so no odd seed is seen."""
 _STEPS_PER_SEED = 10**6
 _EXPORT_FORMAT = "mha_lib.lm/1"
+_MAX_NEW_TOKENS = 10_000
+"""The most tokens :meth:`StoryLM.generate` adds (the stories are about 60 tokens long)."""
+_SEEDS = 2**64
+"""Seeds of torch's generators are integers in [0, 2**64)."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,8 @@ class Config:
         for name in ("vocab_size", "num_kv_heads", "num_layers", "d_ff", "eval_every", "eval_stories"):
             check_positive_int(getattr(self, name), f"config.{name}")
         check_size(self.warmup, "config.warmup")
+        if self.seed >= _SEEDS:
+            raise ValueError(f"config.seed must be < 2**64 (a seed of torch's generator), got {self.seed}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"config.num_kv_heads ({self.num_kv_heads}) must divide config.num_heads ({self.num_heads})")
         if (self.d_model // self.num_heads) % 2:
@@ -150,7 +157,7 @@ class StoryLM(nn.Module):
     Shapes:
         ids: (B, L) integers in [0, V); padded batches are padded on the right
         valid_lens: None or (B,), the number of real tokens of each row (1 .. L)
-        head_mask: None or (N, H) gates (1 keeps a head, 0 removes it)
+        head_mask: None or (N, H) gates in [0, 1] (1 keeps a head, 0 removes it)
         logits: (B, L, V); weights: (B, N, H, L, L)
 
     Args:
@@ -199,9 +206,11 @@ class StoryLM(nn.Module):
         gates = None
         if head_mask is not None:
             gates = as_tensor(head_mask, "head_mask", "a tensor of gates (N, H)")
-            if gates.dtype == torch.bool or gates.is_complex() or gates.shape != (cfg.num_layers, cfg.num_heads):
+            if gates.dtype == torch.bool or gates.is_complex() or gates.shape != (cfg.num_layers, cfg.num_heads) \
+                    or not bool(((gates >= 0) & (gates <= 1)).all()):
                 raise ValueError(f"head_mask must have shape (N, H) = ({cfg.num_layers}, {cfg.num_heads}) and real "
-                                 f"gates, got {gates.dtype} of shape {tuple(gates.shape)}")
+                                 f"gates in [0, 1], got {gates.dtype} of shape {tuple(gates.shape)}: {gates.tolist()!s:.60}")
+            gates = gates.to(self.unembedding.weight.dtype)
         if cache is None:
             lens = torch.arange(1, L + 1).expand(B, L)  # (B, L): causal, query i sees keys 0..i
             if valid_lens is not None:
@@ -269,11 +278,15 @@ class StoryLM(nn.Module):
         """
         prompts = self._check_prompts(prompts)
         steps = check_size(max_new_tokens, "max_new_tokens")
+        if steps > _MAX_NEW_TOKENS:
+            raise ValueError(f"max_new_tokens must be at most {_MAX_NEW_TOKENS}, got {steps}")
         temperature = _check_temperature(temperature)
         if top_k is not None:
             top_k = min(check_positive_int(top_k, "top_k"), self.config.vocab_size)
         check_bool(use_cache, "use_cache")
-        generator = None if seed is None else torch.Generator().manual_seed(check_size(seed, "seed"))
+        if seed is not None and check_size(seed, "seed") >= _SEEDS:
+            raise ValueError(f"seed must be None or an integer in [0, 2**64), got {seed}")
+        generator = None if seed is None else torch.Generator().manual_seed(seed)
         B = len(prompts)
         lens = torch.tensor([len(p) for p in prompts])  # (B,)
         ids = torch.full((B, int(lens.max())), Tokenizer.pad_id, dtype=torch.long)  # (B, P)
@@ -320,8 +333,8 @@ def _check_lens(valid_lens: object, B: int, L: int) -> Tensor:
 
 
 def _check_temperature(temperature: object) -> float:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
-            or not 0 <= temperature < float("inf"):
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) \
+            or not 0 <= temperature < math.inf:
         raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
     return float(temperature)
 
@@ -330,7 +343,8 @@ def _pick(logits: Tensor, temperature: float, top_k: int | None, generator) -> T
     """The next token of each row of ``logits`` (B, V): argmax, or a sample."""
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,)
-    scores = logits / temperature
+    # the maximum first and float64: scores <= 0, so even temperature 1e-300 cannot overflow
+    scores = (logits - logits.max(dim=-1, keepdim=True).values).double() / temperature  # (B, V)
     if top_k is not None:
         kth = scores.topk(top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest score
         scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -347,6 +361,8 @@ def tokens_per_second(model: StoryLM, prompts: Sequence[Sequence[int]], max_new_
         median over ``repeats`` paired repetitions (:func:`mha_lib.timing.time_paired`).
     """
     steps = check_positive_int(max_new_tokens, "max_new_tokens")
+    prompts = check_model(model)._check_prompts(prompts)
+    model.generate(prompts, 1)  # every argument checked before the clock starts
     runs = {name: (lambda c=cache: model.generate(prompts, steps, use_cache=c))
             for name, cache in (("cache", True), ("no cache", False))}
     times = time_paired(runs, repeats=check_positive_int(repeats, "repeats"), min_time=0.2, blocks=1)
@@ -368,9 +384,7 @@ def encode_stories(tokenizer: Tokenizer, stories: Sequence[Story]) -> tuple[Tens
     """
     if not isinstance(tokenizer, Tokenizer):
         raise ValueError(f"tokenizer must be a mha_lib.stories.Tokenizer, got {type(tokenizer).__name__}")
-    if isinstance(stories, Story) or not isinstance(stories, Sequence) or not stories \
-            or not all(isinstance(s, Story) for s in stories):
-        raise ValueError(f"stories must be a non-empty list of Story, got {type(stories).__name__}")
+    stories = check_stories(stories)
     encoded = [tokenizer.encode(s.text) for s in stories]
     lens = torch.tensor([len(e) for e in encoded])  # (B,)
     ids = torch.full((len(encoded), int(lens.max())), tokenizer.pad_id, dtype=torch.long)  # (B, L)
@@ -388,8 +402,9 @@ def next_token_losses(model: StoryLM, ids: Tensor, valid_lens: Tensor, head_mask
         returns: (B, L) float, entry ``[b, i]`` the loss of token i (nats); NaN at i = 0 and
         at padding, where nothing is predicted.
     """
-    with eval_mode(model):
+    with eval_mode(check_model(model)):
         logits = model(ids, valid_lens, head_mask=head_mask)  # (B, L, V)
+    valid_lens = torch.full(ids.shape[:1], ids.shape[1]) if valid_lens is None else valid_lens
     losses = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
     # (B, V, L-1) vs (B, L-1) -> (B, L-1): entry i-1 is the loss of token i
     out = torch.cat([losses.new_full((ids.shape[0], 1), float("nan")), losses], dim=1)  # (B, L)
@@ -397,15 +412,13 @@ def next_token_losses(model: StoryLM, ids: Tensor, valid_lens: Tensor, head_mask
     return out.masked_fill(padding, float("nan"))
 
 
-def link_mask(stories: Sequence[Story], relation: str, shape: tuple[int, int]) -> Tensor:
-    """(B, L) bool: True at the tokens ``i`` of the stories' links of ``relation``."""
-    if relation not in RELATIONS:
-        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
-    mask = torch.zeros(shape, dtype=torch.bool)
-    for b, story in enumerate(stories):
-        for i, _ in story.links[relation]:
-            mask[b, i] = True
-    return mask
+def check_model(model: object) -> StoryLM:
+    """``model`` if it is a :class:`StoryLM` that reads the stories' vocabulary, else a ValueError."""
+    V = Tokenizer().vocab_size
+    if not isinstance(model, StoryLM) or model.config.vocab_size != V:
+        got = f"vocab_size {model.config.vocab_size}" if isinstance(model, StoryLM) else type(model).__name__
+        raise ValueError(f"model must be a StoryLM of the stories' vocab_size {V}, got {got}")
+    return model
 
 
 @torch.no_grad()
@@ -416,8 +429,9 @@ def evaluate(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | None 
         ``{"loss": ..., "antecedent": ..., "recall": ..., "possession": ...}``: the accuracy is
         the fraction of linked tokens ``i`` that are the model's most likely token after ``0 .. i-1``.
     """
+    stories = check_stories(stories, predict=True)
     ids, lens = encode_stories(Tokenizer(), stories)
-    with eval_mode(model):
+    with eval_mode(check_model(model)):
         logits = model(ids, lens, head_mask=head_mask)  # (B, L, V)
     losses = next_token_losses(model, ids, lens, head_mask)  # (B, L)
     right = torch.zeros_like(ids, dtype=torch.bool)
@@ -500,8 +514,10 @@ def load_pretrained(path: str | Path | None = None) -> tuple[StoryLM, Tokenizer]
         tokenizer = Tokenizer(ckpt["extra"]["vocab"])
         model = StoryLM(config)
         model.load_state_dict(ckpt["state_dict"])
-    except (TypeError, KeyError, RuntimeError) as err:
-        raise ValueError(f"{str(path)!r} does not hold a StoryLM and its vocabulary: {err}") from None
+        if tokenizer.vocab_size != config.vocab_size:
+            raise ValueError(f"its vocabulary has {tokenizer.vocab_size} tokens, its model {config.vocab_size}")
+    except (TypeError, KeyError, RuntimeError, ValueError) as err:
+        raise ValueError(f"path {str(path)!r} does not hold a StoryLM and its vocabulary: {err}") from None
     return model.eval(), tokenizer
 
 

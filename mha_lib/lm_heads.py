@@ -22,16 +22,17 @@ Shape legend
 from __future__ import annotations
 
 import math
+import numbers
 from typing import NamedTuple, Sequence
 
 import torch
 from torch import Tensor
 
-from mha_lib._checks import check_tensor
+from mha_lib._checks import check_positive_int, check_tensor
 from mha_lib._modes import eval_mode
 from mha_lib.importance import head_gates
-from mha_lib.lm import StoryLM, encode_stories, link_mask, next_token_losses
-from mha_lib.stories import RELATIONS, Story, Tokenizer
+from mha_lib.lm import StoryLM, check_model, encode_stories, next_token_losses
+from mha_lib.stories import RELATIONS, Story, Tokenizer, check_stories, link_mask
 
 __all__ = [
     "ablate",
@@ -62,13 +63,6 @@ def _check_relation(relation: object) -> str:
     return relation  # type: ignore[return-value]
 
 
-def _check_stories(stories: object) -> list[Story]:
-    if isinstance(stories, Story) or not isinstance(stories, Sequence) or not stories \
-            or not all(isinstance(s, Story) for s in stories):
-        raise ValueError(f"stories must be a non-empty list of Story, got {type(stories).__name__}")
-    return list(stories)
-
-
 def link_weights(weights: Tensor, stories: Sequence[Story], relation: str) -> Tensor:
     """Mean attention weight of every head from query ``i - 1`` on key ``j + offset``.
 
@@ -79,14 +73,16 @@ def link_weights(weights: Tensor, stories: Sequence[Story], relation: str) -> Te
         returns: (N, H, 2); ``[..., offset]``, NaN where the relation has no such link.
     """
     check_tensor(weights, "weights", 5)
-    stories = _check_stories(stories)
+    stories = check_stories(stories)
     relation = _check_relation(relation)
-    if weights.shape[0] != len(stories):
-        raise ValueError(f"weights must hold one story per row: {len(stories)} stories, got shape {tuple(weights.shape)}")
+    longest = max(len(s.tokens) for s in stories)
+    if weights.shape[0] != len(stories) or weights.shape[3] != weights.shape[4] or weights.shape[3] < longest:
+        raise ValueError(f"weights must hold one story per row, (B, N, H, L, L) with B = {len(stories)} and "
+                         f"L >= {longest} (the longest story), got shape {tuple(weights.shape)}")
     N, H = weights.shape[1:3]
     out = torch.full((N, H, len(OFFSETS)), float("nan"))
     for offset in OFFSETS:
-        rows = [(b, i - 1, j + offset) for b, s in enumerate(stories) for i, j in s.links[relation]
+        rows = [(b, i - 1, j + offset) for b, s in enumerate(stories) for i, j in s.links.get(relation, ())
                 if j + offset <= i - 1]
         if rows:
             b, q, k = (torch.tensor(x) for x in zip(*rows))
@@ -97,14 +93,14 @@ def link_weights(weights: Tensor, stories: Sequence[Story], relation: str) -> Te
 @torch.no_grad()
 def _weights(model: StoryLM, stories: Sequence[Story]) -> Tensor:
     ids, lens = encode_stories(Tokenizer(), stories)
-    with eval_mode(model):
+    with eval_mode(check_model(model)):
         _, weights = model(ids, lens, need_weights=True)  # (B, N, H, L, L)
     return weights
 
 
 def find_heads(model: StoryLM, stories: Sequence[Story]) -> dict[str, _HeadFinding]:
     """For each relation, the (layer, head, offset) with the most mean weight on its links."""
-    stories = _check_stories(stories)
+    stories = check_stories(stories)
     weights = _weights(model, stories)
     found = {}
     for relation in RELATIONS:
@@ -123,7 +119,7 @@ def _link_losses(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | N
     Returns:
         ``{relation: loss, ..., "rest": loss}``.
     """
-    stories = _check_stories(stories)
+    stories = check_stories(stories, predict=True)
     ids, lens = encode_stories(Tokenizer(), stories)
     losses = next_token_losses(model, ids, lens, head_mask)  # (B, L), NaN where nothing is predicted
     linked = torch.zeros_like(ids, dtype=torch.bool)
@@ -146,9 +142,9 @@ def ablate(model: StoryLM, stories: Sequence[Story], heads: dict[str, _HeadFindi
         ``{relation: {"linked": (loss with the head, loss without), "rest": (...)}}``, losses
         as in :func:`_link_losses`: the relation's own linked tokens, and every token no relation links.
     """
-    stories = _check_stories(stories)
-    heads = find_heads(model, stories) if heads is None else heads
-    shape = (model.config.num_layers, model.config.num_heads)
+    stories = check_stories(stories, predict=True)
+    shape = (check_model(model).config.num_layers, model.config.num_heads)
+    heads = find_heads(model, stories) if heads is None else _check_heads(heads, shape)
     before = _link_losses(model, stories)
     result = {}
     for relation, found in heads.items():
@@ -157,29 +153,48 @@ def ablate(model: StoryLM, stories: Sequence[Story], heads: dict[str, _HeadFindi
     return result
 
 
+def _check_heads(heads: object, shape: tuple[int, int]) -> dict[str, tuple]:
+    """``heads`` if it maps relations to (layer, head, ...) inside ``shape`` = (N, H), else raise."""
+    ok = isinstance(heads, dict) and all(
+        r in RELATIONS and isinstance(f, tuple) and len(f) >= 2
+        and all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < n for k, n in zip(f, shape))
+        for r, f in heads.items())
+    if not ok:
+        raise ValueError(f"heads must map relations of {RELATIONS} to (layer, head, ...) with layer < {shape[0]} "
+                         f"and head < {shape[1]} (as find_heads returns), got {heads!r:.80}")
+    return heads
+
+
 def bigram_table(stories: Sequence[Story], vocab_size: int | None = None, smoothing: float = 0.1) -> Tensor:
     """Log-probabilities of the next token given the current one, counted in ``stories``.
 
     Shapes:
         returns: (V, V), row ``a`` = log p(next | a), with ``smoothing`` added to every count.
     """
-    stories = _check_stories(stories)
+    stories = check_stories(stories)
     tokenizer = Tokenizer()
-    V = tokenizer.vocab_size if vocab_size is None else vocab_size
-    if not isinstance(smoothing, (int, float)) or isinstance(smoothing, bool) or not 0 < smoothing < math.inf:
+    V = tokenizer.vocab_size if vocab_size is None else check_positive_int(vocab_size, "vocab_size")
+    if V < tokenizer.vocab_size or V > 10**4:
+        raise ValueError(f"vocab_size must be None or in [{tokenizer.vocab_size}, 10000] (the tokenizer's "
+                         f"{tokenizer.vocab_size} ids must fit), got {vocab_size!r}")
+    if not isinstance(smoothing, numbers.Real) or isinstance(smoothing, bool) or not 0 < smoothing < math.inf:
         raise ValueError(f"smoothing must be a finite number > 0, got {smoothing!r}")
     counts = torch.full((V, V), float(smoothing), dtype=torch.float64)
     for story in stories:
         ids = torch.tensor(tokenizer.encode(story.text))
         counts.index_put_((ids[:-1], ids[1:]), torch.ones(len(ids) - 1, dtype=torch.float64), accumulate=True)
-    return (counts / counts.sum(dim=1, keepdim=True)).log().float()
+    logs = counts.log()  # (V, V); normalised in logs, so a huge smoothing cannot overflow the sums
+    return (logs - logs.logsumexp(dim=1, keepdim=True)).float()
 
 
 def bigram_loss(table: Tensor, stories: Sequence[Story]) -> float:
     """Mean loss (nats per predicted token) of the bigram ``table`` on ``stories``."""
     check_tensor(table, "table", 2)
-    stories = _check_stories(stories)
+    stories = check_stories(stories, predict=True)
     tokenizer = Tokenizer()
+    if table.shape[0] != table.shape[1] or table.shape[0] < tokenizer.vocab_size:
+        raise ValueError(f"table must be (V, V) with V >= {tokenizer.vocab_size} (the tokenizer's), "
+                         f"got shape {tuple(table.shape)}")
     total, count = 0.0, 0
     for story in stories:
         ids = torch.tensor(tokenizer.encode(story.text))

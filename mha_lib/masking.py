@@ -1,4 +1,4 @@
-"""Masking: valid lengths, attention masks, and the masked softmax.
+"""Masking: the attention masks every path builds, their conventions, and the masked softmax.
 
 Shape legend
     B   batch size (for multi-head attention after folding: B*H)
@@ -8,7 +8,12 @@ Shape legend
 
 A *valid length* says how many key-value pairs a query may look at: with ``valid_lens[b] = 3``
 every query of example ``b`` attends to keys 0, 1 and 2 only. It is given per example, shape
-(B,), or per query, shape (B, Lq) (a causal mask is ``valid_lens[b, i] = i + 1``).
+(B,), or per query, shape (B, Lq) (a causal mask is ``valid_lens[b, i] = i + 1``). Valid
+lengths are one kind of mask among others (:mod:`mha_lib.masks`: causal, sliding window,
+packed documents, prefix-LM, sinks), and every attention path turns its mask into tensors in
+ONE place, :func:`visible`: the keep mask of the fused kernel, the additive bias of the weights
+path (:func:`keep_to_bias`), the rows that see nothing (zeros, never NaN), with or without a
+cache. :func:`mask_from_valid_lens` is that builder for valid lengths alone.
 
 Three mask conventions meet in the literature; the named helpers below convert between them:
 
@@ -16,11 +21,6 @@ Three mask conventions meet in the literature; the named helpers below convert b
 * a *keep* mask, ``True`` = may attend, as in ``torch.nn.functional.scaled_dot_product_attention``;
 * a *padding* mask, ``True`` = masked out, as in ``nn.MultiheadAttention`` (``key_padding_mask``)
   and the einsum notes.
-
-Every attention path of the library turns valid lengths into a mask in ONE place,
-:func:`mask_from_valid_lens`: the teaching ``masked_softmax``, the additive bias of the weights
-path, the keep mask of the fused kernel, the blocks of ``mha_lib.flash`` and the causal masks of
-decoding with a cache.
 """
 
 from __future__ import annotations
@@ -30,24 +30,20 @@ from typing import NamedTuple, Sequence
 import torch
 from torch import Tensor
 
-from mha_lib._checks import (
-    as_tensor,
-    check_bool,
-    check_not_meta,
-    check_size,
-    check_tensor,
-    quiet_when_traced,
-    read_scalars,
-    tracing,
-)
+from mha_lib._checks import check_bool, check_not_meta, check_size, check_tensor, quiet_when_traced, tracing
+from mha_lib.lengths import CheckedLens, check_positions, check_valid_lens, lens_rows, read_valid_lens
+from mha_lib.masks import Mask, causal, padding
 
 __all__ = [
     "CheckedLens",
+    "Visible",
+    "as_mask",
     "causal_valid_lens",
     "check_attention_mask",
     "check_positions",
     "check_valid_lens",
     "keep_mask_from_valid_lens",
+    "keep_to_bias",
     "keep_to_padding",
     "mask_from_valid_lens",
     "masked_softmax",
@@ -56,161 +52,112 @@ __all__ = [
     "read_valid_lens",
     "softmax_over_kept",
     "valid_lens_from_keep_mask",
+    "visible",
 ]
 
 
-class CheckedLens(NamedTuple):
-    """Valid lengths that passed the checks, with the smallest and largest entry the check read.
+# --- THE builder: a mask as the attention paths need it ---------------------------------------
 
-    Accepted wherever valid lengths are: a function that gets a ``CheckedLens`` checks its shape
-    but does not read its values again (no second host synchronisation), and may use what is
-    known: ``lowest > 0`` means that no query has an empty row.
+
+def as_mask(valid_lens: Tensor | Sequence[float] | CheckedLens | None, mask: Mask | None) -> Mask | None:
+    """One mask from d2l's valid lengths and a :class:`~mha_lib.masks.Mask`: ``padding(valid_lens)
+    & mask`` (either may be None; None when both are).
+
+    Raises:
+        ValueError: ``mask`` not a Mask; bad valid lengths (as :func:`check_valid_lens`).
+    """
+    if mask is not None and not isinstance(mask, Mask):
+        raise ValueError(
+            "mask must be a mha_lib.masks.Mask (causal(), sliding_window(w), padding(valid_lens), "
+            f"...) or None, got {type(mask).__name__}"
+        )
+    if valid_lens is None:
+        return mask
+    lens = padding(valid_lens)
+    return lens if mask is None else lens & mask
+
+
+class Visible(NamedTuple):
+    """A mask evaluated at the positions of a call, as every attention path uses it.
 
     Attributes:
-        lens: (B,) or (B, Lq) ``torch.long``.
-        lowest: the smallest entry, or None when unknown (while a graph is recorded, or no entry).
-        highest: the largest entry, or None when unknown.
+        keep: bool (B or 1, Lq or 1, Lk), True = may attend, with every row that sees nothing
+            filled with True (a row that keeps nothing gives NaN or zeros depending on the
+            fused kernel; a filled row gives neither); None: every query sees every key.
+        empty: bool (B or 1, Lq or 1, 1), the rows that see nothing, whose output the path
+            sets to zeros; None: no such row.
+        raw (a property): the keep mask before the filling (what the rule for NaN inputs
+            reads), or None; made only when asked for, so that a path holds one mask of the
+            scores' size, not two.
     """
 
-    lens: Tensor
-    lowest: int | None = None
-    highest: int | None = None
+    keep: Tensor | None
+    empty: Tensor | None
+
+    @property
+    def raw(self) -> Tensor | None:
+        if self.keep is None or self.empty is None:
+            return self.keep
+        return self.keep & ~self.empty
+
+    def heads(self) -> "Visible":
+        """The same with a heads axis, (B or 1, 1, Lq or 1, .), that broadcasts over H heads."""
+        return Visible(*(None if t is None else t[:, None] for t in self))
 
 
-def read_valid_lens(
-    valid_lens: Tensor | Sequence[float] | CheckedLens | None,
+def visible(
+    mask: Mask | None,
     batch_size: int,
-    num_queries: int,
-    num_keys: int,
-    *also: Tensor,
-    device: torch.device | None = None,
-) -> tuple[CheckedLens | None, list[float | None]]:
-    """Check valid lengths, reading their values and the 0-d tensors ``also`` in ONE host read.
-
-    :func:`check_valid_lens` without the extras. A caller that must read a value of its own
-    (say, whether its inputs are finite) passes it as ``also`` and pays one synchronisation
-    with the device instead of two.
-
-    Returns:
-        ``(CheckedLens or None, values of also)``; while a graph is recorded nothing is read:
-        ``lowest``/``highest`` and the values of ``also`` are None.
-
-    Raises:
-        ValueError: as :func:`check_valid_lens`.
-    """
-    if not tracing():  # torch.jit.trace hands sizes over as tensors
-        for value, name in ((batch_size, "batch_size"), (num_queries, "num_queries"), (num_keys, "num_keys")):
-            check_size(value, name)
-    if valid_lens is None:
-        return None, _read(also)
-    if isinstance(valid_lens, CheckedLens):
-        _check_lens_shape(valid_lens.lens, batch_size, num_queries)
-        if valid_lens.highest is not None and valid_lens.highest > num_keys:
-            _raise_too_long(valid_lens.lens, num_keys)
-        lens = valid_lens if device is None else valid_lens._replace(lens=valid_lens.lens.to(device))
-        return lens, _read(also)
-    lens = _as_lens_tensor(valid_lens)
-    _check_lens_shape(lens, batch_size, num_queries)
-    if tracing() or lens.numel() == 0:  # value checks need the data (see mha_lib._checks.tracing)
-        values = _read(also)
-        lowest = highest = None
-    else:
-        summary = _lens_summary(lens)
-        lowest, highest, *values = read_scalars(*summary, *also)
-        if len(summary) == 3:  # floats: whether every entry is a whole number
-            _check_whole(lens, values.pop(0))
-        _check_lens_values(lens, lowest, highest, num_keys)
-        lowest, highest = int(lowest), int(highest)
-    lens = lens.long() if device is None else lens.to(device=device, dtype=torch.long)
-    return CheckedLens(lens, lowest, highest), values
-
-
-def check_valid_lens(
-    valid_lens: Tensor | Sequence[float] | CheckedLens | None,
-    batch_size: int,
-    num_queries: int,
-    num_keys: int,
-) -> Tensor | None:
-    """Validate valid lengths and return them as an integer tensor.
+    q_positions: int | Tensor,
+    k_positions: int | Tensor,
+    *,
+    q_offset: int = 0,
+    shortcut: bool = True,
+) -> Visible:
+    """THE builder: every attention path turns its mask into tensors here.
 
     Args:
-        valid_lens: None, shape (B,) or (B, Lq); integers (any integer dtype) or whole-number
-            floats in [0, Lk]; or a :class:`CheckedLens`.
+        mask: a :class:`~mha_lib.masks.Mask` (see :func:`as_mask`), or None.
         batch_size: B.
-        num_queries: Lq.
-        num_keys: Lk.
+        q_positions: Lq, the queries at positions ``q_offset .. q_offset + Lq - 1``, or their
+            positions, (Lq,) or (B, Lq) (decoding with a cache).
+        k_positions: Lk, the keys at positions ``0 .. Lk - 1``, or their positions (Lk,) or
+            (B, Lk) (a rolling cache keeps keys of later positions).
+        q_offset: the position of the first query, when ``q_positions`` is Lq.
+        shortcut: with Lq and Lk given as numbers, no mask when it hides nothing that is known
+            without a host read (valid lengths that are all Lk).
 
     Returns:
-        None, or a ``torch.long`` tensor of shape (B,) or (B, Lq).
+        a :class:`Visible` (the values are not read: no host synchronisation for masks
+        without data to check, and none for valid lengths that were checked before).
 
     Raises:
-        ValueError: wrong type, dtype, device (meta), number of dimensions, batch size or shape,
-            an entry that is negative, not a whole number, or larger than Lk.
+        ValueError: as :meth:`mha_lib.masks.Mask.keep`.
     """
-    lens, _ = read_valid_lens(valid_lens, batch_size, num_queries, num_keys)
-    return None if lens is None else lens.lens
+    if mask is None:
+        return Visible(None, None)
+    batch_size, q_positions, k_positions = (_traced_size(x) for x in (batch_size, q_positions, k_positions))
+    if isinstance(q_positions, int) and isinstance(k_positions, int):
+        if shortcut and mask.sees_everything(k_positions):  # e.g. valid lengths that are all Lk
+            return Visible(None, None)
+        raw = mask.dense(batch_size, q_positions, k_positions, q_offset, expand=False)
+    else:
+        raw = mask.keep(q_positions, k_positions, batch_size=batch_size)
+    empty = ~raw.any(-1, keepdim=True)  # (B or 1, Lq or 1, 1)
+    return Visible(raw | empty, empty)  # (raw is made again only when asked for: Visible.raw)
 
 
-def _read(scalars: Sequence[Tensor]) -> list[float | None]:
-    """Read ``scalars`` in one host read, or give Nones while a graph is recorded."""
-    return [None] * len(scalars) if tracing() else read_scalars(*scalars)
+@quiet_when_traced
+def _traced_size(x: object) -> object:
+    """A size as an int (``torch.jit.trace`` hands sizes over as 0-d tensors; the trace then
+    holds for inputs of these shapes, with any values)."""
+    return int(x) if isinstance(x, Tensor) and x.dim() == 0 else x
 
 
-def _as_lens_tensor(valid_lens: object) -> Tensor:
-    """Valid lengths as a tensor of integers or floats (not yet checked for shape or values)."""
-    valid_lens = as_tensor(valid_lens, "valid_lens", "a tensor or a list of numbers")
-    if valid_lens.dtype == torch.bool or valid_lens.is_complex():
-        raise ValueError(
-            f"valid_lens must hold integers or whole-number floats, got dtype {valid_lens.dtype}"
-        )
-    return valid_lens
-
-
-def _check_lens_shape(valid_lens: Tensor, batch_size: int, num_queries: int) -> None:
-    if valid_lens.dim() not in (1, 2):
-        raise ValueError(
-            "valid_lens must have shape (B,) or (B, Lq), "
-            f"got {valid_lens.dim()} dimensions (shape {tuple(valid_lens.shape)})"
-        )
-    if valid_lens.shape[0] != batch_size:
-        raise ValueError(
-            f"valid_lens has {valid_lens.shape[0]} rows but the batch has {batch_size}"
-        )
-    if valid_lens.dim() == 2 and valid_lens.shape[1] != num_queries:
-        raise ValueError(
-            f"valid_lens of shape {tuple(valid_lens.shape)} must be (B, Lq) = "
-            f"({batch_size}, {num_queries}): {valid_lens.shape[1]} columns but {num_queries} queries"
-        )
-
-
-def _lens_summary(valid_lens: Tensor) -> tuple[Tensor, ...]:
-    """Smallest entry, largest entry and, for floats, 1 if every entry is a whole number:
-    0-d tensors, to be read at once."""
-    lowest, highest = torch.aminmax(valid_lens)  # one pass for both
-    if not valid_lens.is_floating_point():
-        return lowest, highest
-    whole = (torch.isfinite(valid_lens) & (valid_lens == valid_lens.round())).all()
-    return lowest, highest, whole
-
-
-def _check_whole(valid_lens: Tensor, whole: float) -> None:
-    if not whole:
-        raise ValueError(f"valid_lens must be whole numbers, got {valid_lens.tolist()}")
-
-
-def _check_lens_values(valid_lens: Tensor, lowest, highest, num_keys: int) -> None:
-    """Raise unless every entry lies in [0, Lk] (from the values read at once)."""
-    if lowest < 0:
-        raise ValueError(f"valid_lens must be >= 0, got {valid_lens.tolist()}")
-    if highest > num_keys:
-        _raise_too_long(valid_lens, num_keys)
-
-
-def _raise_too_long(valid_lens: Tensor, num_keys: int) -> None:
-    raise ValueError(
-        f"valid_lens must be <= the number of key-value pairs Lk = {num_keys}, "
-        f"got {valid_lens.tolist()}"
-    )
+def keep_to_bias(keep: Tensor, dtype: torch.dtype) -> Tensor:
+    """The additive form of a keep mask: 0 where a query may attend, -inf elsewhere (added to a
+    score, -inf has exp() exactly 0). Same shape as ``keep``."""
+    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(~keep, float("-inf"))
 
 
 def mask_from_valid_lens(
@@ -218,57 +165,59 @@ def mask_from_valid_lens(
     num_keys: int,
     *,
     heads: bool = False,
-    first_key: int = 0,
     fill_empty: bool = False,
     bias_dtype: torch.dtype | None = None,
-) -> tuple[Tensor, Tensor]:
-    """THE valid-lengths -> mask builder: every attention path of the library builds its mask here.
+) -> tuple[Tensor, Tensor | None]:
+    """The mask of valid lengths alone: :func:`visible` for ``padding(valid_lens)``.
 
-    Key ``first_key + j`` may be attended by query ``i`` of example ``b`` when it lies below
-    the valid length ``valid_lens[b]`` (or ``valid_lens[b, i]``). One length per example gives
-    one row of keys that broadcasts over the queries (Lq times less to build than a full
-    mask). The values are not read (no host synchronisation, no branch on them: a recorded
-    graph holds for any lengths), so check them first with :func:`check_valid_lens`.
+    Key ``j`` may be attended by query ``i`` of example ``b`` when it lies below the valid
+    length ``valid_lens[b]`` (or ``valid_lens[b, i]``). One length per example gives one row of
+    keys that broadcasts over the queries (Lq times less to build than a full mask). The values
+    are not read (no host synchronisation), so check them first with :func:`check_valid_lens`.
 
     Shapes:
         valid_lens: (B,) or (B, Lq), integers.
-        returns: ``mask`` (B, 1 or Lq, n) with n = ``num_keys``, and ``empty`` (B, 1 or Lq, 1)
-            or None; with ``heads`` both get a heads axis, (B, 1, 1 or Lq, n) and
-            (B, 1, 1 or Lq, 1), that broadcasts over the H heads of (B, H, Lq, Lk) scores.
+        returns: ``mask`` (B, 1 or Lq, Lk), and ``empty`` (B, 1 or Lq, 1) or None; with
+            ``heads`` both get a heads axis, (B, 1, 1 or Lq, Lk) and (B, 1, 1 or Lq, 1), that
+            broadcasts over the H heads of (B, H, Lq, Lk) scores.
 
     Args:
         valid_lens: the lengths.
-        num_keys: n, how many keys the mask covers.
+        num_keys: Lk.
         heads: add the heads axis.
-        first_key: the position of the first key covered (a block of keys, as in
-            :mod:`mha_lib.flash`).
         fill_empty: a query with valid length 0 may then attend to *every* key, and the caller
-            zeroes its output with ``empty`` (a row that keeps nothing gives NaN or zeros,
-            depending on the fused kernel and its version; a filled row gives neither).
-        bias_dtype: return an additive bias of this dtype instead of the keep mask: 0 where a
-            query may attend, -inf elsewhere (added to a score, -inf has exp() exactly 0).
+            zeroes its output with ``empty`` (see :class:`Visible`).
+        bias_dtype: return the additive bias of this dtype (:func:`keep_to_bias`) instead of
+            the keep mask.
 
     Returns:
         ``(mask, empty)``: the keep mask (``True`` = may attend) or the bias, and, with
         ``fill_empty``, ``empty``: True for a query whose valid length is 0 (else None).
     """
-    if valid_lens.dim() == 2:
-        lens = valid_lens[:, :, None]  # (B, Lq) -> (B, Lq, 1)
-    else:
-        lens = valid_lens[:, None, None]  # (B,) -> (B, 1, 1)
-    if heads:
-        lens = lens[:, None]  # (B, Lq or 1, 1) -> (B, 1, Lq or 1, 1): the same for every head
-    positions = torch.arange(first_key, first_key + num_keys, device=lens.device)  # (n,)
-    keep = positions < lens  # (..., Lq or 1, 1) vs (n,) -> (..., Lq or 1, n)
-    empty = None
-    if fill_empty:
-        empty = lens == 0  # (..., Lq or 1, 1)
-        keep = keep | empty
-    if bias_dtype is None:
-        return keep, empty
-    return torch.zeros(keep.shape, dtype=bias_dtype, device=keep.device).masked_fill_(
-        ~keep, float("-inf")
-    ), empty
+    _check_mask_args(valid_lens, num_keys, bias_dtype)
+    lens = valid_lens if isinstance(valid_lens, CheckedLens) else CheckedLens(valid_lens)
+    Lq = lens.lens.shape[1] if lens.lens.dim() == 2 else 1
+    seen = visible(padding(lens), lens.lens.shape[0], Lq, num_keys, shortcut=False)
+    seen = seen.heads() if heads else seen
+    keep, empty = (seen.keep, seen.empty) if fill_empty else (seen.raw, None)
+    return (keep if bias_dtype is None else keep_to_bias(keep, bias_dtype)), empty
+
+
+@quiet_when_traced
+def _check_mask_args(valid_lens: object, num_keys: object, bias_dtype: object) -> None:
+    """The checks of :func:`mask_from_valid_lens`: types and shapes only (no value is read)."""
+    if not isinstance(valid_lens, Tensor) or valid_lens.is_floating_point() or valid_lens.is_complex() \
+            or valid_lens.dtype == torch.bool or valid_lens.dim() not in (1, 2):
+        raise ValueError(
+            "valid_lens must be an integer tensor of shape (B,) or (B, Lq) (checked by "
+            f"check_valid_lens), got {getattr(valid_lens, 'dtype', type(valid_lens).__name__)} of "
+            f"shape {tuple(getattr(valid_lens, 'shape', ()))}"
+        )
+    check_not_meta(valid_lens, "valid_lens")
+    if not tracing():  # (torch.jit.trace hands sizes over as tensors)
+        check_size(num_keys, "num_keys")
+    if bias_dtype is not None and not (isinstance(bias_dtype, torch.dtype) and bias_dtype.is_floating_point):
+        raise ValueError(f"bias_dtype must be None or a floating-point torch.dtype, got {bias_dtype!r}")
 
 
 def keep_mask_from_valid_lens(
@@ -288,7 +237,7 @@ def keep_mask_from_valid_lens(
     Raises:
         ValueError: as :func:`check_valid_lens`; per-query lengths (B, Lq) with another Lq.
     """
-    valid_lens = check_valid_lens(valid_lens, _rows(valid_lens), num_queries, num_keys)
+    valid_lens = check_valid_lens(valid_lens, lens_rows(valid_lens), num_queries, num_keys)
     keep, _ = mask_from_valid_lens(valid_lens, num_keys)  # (B, 1 or Lq, Lk)
     return keep.expand(-1, num_queries, -1).contiguous()  # (B, Lq, Lk)
 
@@ -307,7 +256,7 @@ def padding_mask_from_valid_lens(valid_lens: Tensor | Sequence[float], num_keys:
             "a key padding mask holds one length per example: valid_lens must have shape (B,), "
             f"got {tuple(valid_lens.shape)}"
         )
-    valid_lens = check_valid_lens(valid_lens, _rows(valid_lens), 1, num_keys)
+    valid_lens = check_valid_lens(valid_lens, lens_rows(valid_lens), 1, num_keys)
     if valid_lens.dim() != 1:
         raise ValueError(
             "a key padding mask holds one length per example: valid_lens must have shape (B,), "
@@ -315,24 +264,6 @@ def padding_mask_from_valid_lens(valid_lens: Tensor | Sequence[float], num_keys:
         )
     keep, _ = mask_from_valid_lens(valid_lens, num_keys)  # (B, 1, Lk)
     return keep_to_padding(keep[:, 0])  # (B, Lk)
-
-
-def _rows(valid_lens: object) -> int:
-    """The batch size valid lengths claim (their first axis), for converters that take no B."""
-    if valid_lens is None:
-        raise ValueError("valid_lens must be a tensor or a list of numbers, got None")
-    if isinstance(valid_lens, CheckedLens):
-        valid_lens = valid_lens.lens
-    shape = getattr(valid_lens, "shape", None)
-    if shape is None:
-        try:
-            shape = torch.as_tensor(valid_lens).shape
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise ValueError(f"valid_lens must be a tensor or a list of numbers: {err}") from None
-    if len(shape) == 0:
-        raise ValueError("valid_lens must have shape (B,) or (B, Lq), got a scalar")
-    return shape[0]
-
 
 def keep_to_padding(mask: Tensor) -> Tensor:
     """Convert a keep mask (``True`` = may attend) to a padding mask (``True`` = masked).
@@ -490,6 +421,9 @@ def check_attention_mask(
     if not isinstance(mask, Tensor):
         raise ValueError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
     check_not_meta(mask, name)
+    if not tracing():
+        for value, size in ((batch_size, "batch_size"), (num_queries, "num_queries"), (num_keys, "num_keys")):
+            check_size(value, size)
     if mask.dtype != torch.bool:
         zero_one = tracing() or bool(((mask == 0) | (mask == 1)).all())
         if mask.is_floating_point() or mask.is_complex() or not zero_one:
@@ -544,27 +478,4 @@ def causal_valid_lens(batch_size: int, num_queries: int) -> Tensor:
     """
     B = check_size(batch_size, "batch_size")
     Lq = check_size(num_queries, "num_queries")
-    return torch.arange(1, Lq + 1).expand(B, Lq)  # (Lq,) -> (B, Lq)
-
-
-def check_positions(positions: object, batch_size: int, num_new: int) -> Tensor:
-    """Return the positions of n new tokens as a (B, n) ``torch.long`` tensor, or raise.
-
-    Positions number the tokens of a sequence (0, 1, ...) for decoding with a cache and for
-    rotary embeddings; a causal query at position p has the valid length p + 1. Only the type
-    and shape are checked here (no value is read); ``mha_lib.decoding.LayerCache.update``
-    checks their values against the cache.
-
-    Shapes:
-        positions: (n,) (the same for every example) or (B, n), integers.
-        returns: (B, n), possibly an expanded view.
-    """
-    positions = as_tensor(positions, "positions", "a tensor of integers")
-    if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
-        raise ValueError(f"positions must hold integers, got dtype {positions.dtype}")
-    if positions.shape not in ((num_new,), (batch_size, num_new)):
-        raise ValueError(
-            f"positions must have shape (n,) = ({num_new},) or (B, n) = ({batch_size}, {num_new}), "
-            f"got {tuple(positions.shape)}"
-        )
-    return positions.long().expand(batch_size, num_new)  # (n,) or (B, n) -> (B, n)
+    return causal().dense(1, Lq, Lq)[0].sum(-1).expand(B, Lq)  # (Lq, Lq) -> (Lq,) -> (B, Lq)

@@ -18,12 +18,12 @@ attend with the mask, merge the heads, ``W_o``. Everything around it has a name 
   fused kernel (fast path), or ``DotProductAttention`` on the folded heads when the weights are
   wanted;
 * :func:`cached_keys_values`, decoding with a KV cache (chapter 9);
-* :class:`_NonFiniteRule`, the rule for NaN and infinite inputs.
+* :class:`mha_lib.attention.NonFiniteRule`, the rule for NaN and infinite inputs.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -34,13 +34,23 @@ from mha_lib._checks import (
     check_bool,
     check_positive_int,
     check_probability,
+    check_size,
     check_tensor,
     quiet_when_traced,
     tracing,
 )
-from mha_lib.attention import DotProductAttention, FiniteDotProductAttention, check_qkv
+from mha_lib.attention import (
+    DotProductAttention,
+    FiniteDotProductAttention,
+    NonFiniteRule,
+    all_finite,
+    check_qkv,
+    fit_queries,
+)
+from mha_lib.cached import AttentionCache, cached_keys_values, check_cached_attention
 from mha_lib.heads import merge_heads, split_heads
-from mha_lib.masking import CheckedLens, check_positions, mask_from_valid_lens, read_valid_lens
+from mha_lib.masking import CheckedLens, Visible, as_mask, read_valid_lens, visible
+from mha_lib.masks import Mask
 
 __all__ = [
     "AttentionCache",
@@ -51,6 +61,7 @@ __all__ = [
     "check_head_mask",
     "check_head_shapes",
     "read_lens_and_gates",
+    "read_lens_and_finite",
 ]
 
 
@@ -121,12 +132,18 @@ class MultiHeadAttention(nn.Module):
         values: Tensor,
         valid_lens: Tensor | Sequence[float] | None = None,
         *,
+        mask: Mask | None = None,
         need_weights: bool = False,
         head_mask: Tensor | None = None,
         cache=None,
         positions: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from every query to the valid keys, in every head.
+
+        ``mask`` (a :class:`mha_lib.masks.Mask`: ``causal()``, ``sliding_window(w)``,
+        ``document(doc_ids)``, ... combined with ``&`` and ``|``) says which keys each query
+        may see; ``valid_lens`` is one kind of mask, ``padding(valid_lens)``, and both apply.
+        A query that may see no key gets a zero output (zero weights).
 
         ``need_weights=True`` also returns the weights; otherwise PyTorch's fused kernel
         computes the same output without them (see :func:`attend_heads`). ``head_mask``
@@ -139,30 +156,33 @@ class MultiHeadAttention(nn.Module):
         the first cached position, as :func:`cached_keys_values` explains.
 
         A NaN or infinite input reaches only the output rows (and weights) of the queries that
-        may attend to it: those rows are NaN (see :class:`_NonFiniteRule`).
+        may attend to it: those rows are NaN (see :class:`NonFiniteRule`).
 
         Returns:
             output (B, Lq, D), or ``(output, weights)`` with weights (B, H, Lq, Lk).
         """
-        valid_lens, gates, nonfinite = self._check_forward(
-            queries, keys, values, valid_lens, need_weights, head_mask, cache, positions)
+        mask, gates, finite = self._check_forward(
+            queries, keys, values, valid_lens, mask, need_weights, head_mask, cache, positions)
         H = self.num_heads
         q = split_heads(self.W_q(queries), H)  # (B, Lq, D) -> (B, H, Lq, d)
         k = split_heads(self.W_k(keys), H)  # (B, Lk, D) -> (B, H, Lk, d)
         v = split_heads(self.W_v(values), H)  # (B, Lk, D) -> (B, H, Lk, d)
         if cache is not None:  # decoding (chapter 9): the cached positions are keys too
-            k, v, valid_lens = cached_keys_values(cache, k, v, valid_lens, positions)
-        out, weights = attend_heads(q, k, v, valid_lens, self.attention, need_weights=need_weights,
+            k, v, seen = cached_keys_values(cache, k, v, mask, positions)
+        else:  # the mask at the positions of the queries and keys, 0, 1, ...
+            seen = visible(mask, *queries.shape[:2], keys.shape[1])
+        nonfinite = None if finite else NonFiniteRule.of(queries, keys, values, seen.raw)
+        out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
                                     gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
         output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
         return (output, weights) if need_weights else output
 
     @quiet_when_traced
-    def _check_forward(self, queries, keys, values, valid_lens, need_weights, head_mask, cache,
-                       positions):
+    def _check_forward(self, queries, keys, values, valid_lens, mask, need_weights, head_mask,
+                       cache, positions):
         """The checks of :meth:`forward`, with at most one host read (the valid lengths' values,
-        and whether the inputs are finite); returns the valid lengths (a CheckedLens or None),
-        the head gates (B, H) or None, and the rule for non-finite inputs (or None)."""
+        and whether the inputs are finite); returns the mask (valid lengths included, or None),
+        the head gates (B, H) or None, and whether the inputs are finite (None: not read)."""
         self.check_inputs(queries, keys, values)
         check_bool(need_weights, "need_weights")
         B, Lq, _ = queries.shape
@@ -171,18 +191,11 @@ class MultiHeadAttention(nn.Module):
             num_keys = check_cached_attention(cache, queries, keys, positions)
             valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
                                                 device=queries.device)
-            return valid_lens, gates, None
+            return as_mask(valid_lens, mask), gates, True
         if positions is not None:
             raise ValueError("positions place new tokens in a cache: pass cache= too")
-        if valid_lens is None:  # the rule works on the device: no host read for it
-            read_lens_and_gates(None, B, Lq, keys.shape[1], gates)  # (the gates only)
-            return None, gates, _NonFiniteRule.of(queries, keys, values, None)
-        valid_lens, (finite,) = read_lens_and_gates(valid_lens, B, Lq, keys.shape[1], gates,
-                                                    _all_finite(queries, keys, values),
-                                                    device=queries.device)
-        if finite:  # read together with the valid lengths
-            return valid_lens, gates, None
-        return valid_lens, gates, _NonFiniteRule.of(queries, keys, values, valid_lens)
+        valid_lens, finite = read_lens_and_finite(queries, keys, values, valid_lens, gates)
+        return as_mask(valid_lens, mask), gates, finite
 
     def check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
         """Raise a ``ValueError`` unless the inputs fit this module.
@@ -214,12 +227,12 @@ def attend_heads(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    valid_lens: CheckedLens | Tensor | None,
+    mask: Visible | Mask | CheckedLens | Tensor | None,
     attention: DotProductAttention,
     *,
     need_weights: bool = False,
     gates: Tensor | None = None,
-    nonfinite: _NonFiniteRule | None = None,
+    nonfinite: NonFiniteRule | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """The attention of every head at once: the one computation all attention layers share.
 
@@ -232,13 +245,16 @@ def attend_heads(
     * ``need_weights=True``: ``attention`` (a :class:`~mha_lib.DotProductAttention`) on the
       heads folded into the batch (chapter 2), which returns the weights.
 
-    A query with valid length 0 attends to nothing: its output (and weights) are 0.
+    A query that may attend to nothing (valid length 0, a mask that hides every key) gets a
+    zero output (and zero weights).
 
     Shapes:
         q: (B, H, Lq, d)
         k, v: (B, Hkv, Lk, d), Hkv dividing H
-        valid_lens: None, (B,) or (B, Lq); a :class:`~mha_lib.masking.CheckedLens` is not read
-            again (the layers check theirs once, with everything else they read)
+        mask: the mask built by :func:`mha_lib.masking.visible` (the layers build theirs once),
+            a :class:`~mha_lib.masks.Mask` (queries and keys at positions 0, 1, ...), or valid
+            lengths, None, (B,) or (B, Lq) (a :class:`~mha_lib.masking.CheckedLens` is not read
+            again)
         gates: None or (B, H), multiplying each head's output
         returns: out (B, H, Lq, d) and weights (B, H, Lq, Lk) (None without ``need_weights``)
 
@@ -250,15 +266,14 @@ def attend_heads(
         ValueError: tensors of other shapes, dtypes or devices, ``attention`` not a
             ``DotProductAttention``, bad valid lengths or gates.
     """
-    valid_lens = _check_heads(q, k, v, valid_lens, attention, need_weights, gates)
+    seen = _check_heads(q, k, v, mask, attention, need_weights, gates)
     if nonfinite is not None:
         k, v = nonfinite.usable(k), nonfinite.usable(v)
-    if valid_lens is not None and valid_lens.lowest == k.shape[2]:
-        valid_lens = None  # every query may attend to every key: no mask needed
+    q = fit_queries(q, k)  # query rows whose scores could overflow: scaled down (see there)
     if need_weights:
-        out, weights = _attend_folded(q, k, v, valid_lens, attention, nonfinite)
+        out, weights = _attend_folded(q, k, v, seen, attention, nonfinite)
     else:
-        out, weights = _attend_fused(q, k, v, valid_lens, attention, nonfinite), None
+        out, weights = _attend_fused(q, k, v, seen, attention, nonfinite), None
     if gates is not None:
         out = out * gates[:, :, None, None]  # (B, H) -> (B, H, 1, 1)
     return out, weights
@@ -280,8 +295,8 @@ def check_head_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
 
 
 @quiet_when_traced
-def _check_heads(q, k, v, valid_lens, attention, need_weights, gates) -> CheckedLens | None:
-    """The checks of :func:`attend_heads`; returns the checked valid lengths."""
+def _check_heads(q, k, v, mask, attention, need_weights, gates) -> Visible:
+    """The checks of :func:`attend_heads`; returns the mask as the paths use it."""
     check_head_shapes(q, k, v)
     B, H, Lq, _ = q.shape
     Lk = k.shape[2]
@@ -295,24 +310,25 @@ def _check_heads(q, k, v, valid_lens, attention, need_weights, gates) -> Checked
     check_bool(need_weights, "need_weights")
     if gates is not None and (not isinstance(gates, Tensor) or gates.shape != (B, H)):
         raise ValueError(f"gates must be a tensor of shape (B, H) = ({B}, {H}), got {gates!r}")
-    valid_lens, _ = read_valid_lens(valid_lens, B, Lq, Lk, device=q.device)
-    return valid_lens
+    if isinstance(mask, Visible):
+        return mask
+    if not isinstance(mask, Mask):  # valid lengths: checked here (one host read), or None
+        mask, _ = read_valid_lens(mask, B, Lq, Lk, device=q.device)
+        mask = as_mask(mask, None)
+    return visible(mask, B, Lq, Lk)
 
 
-def _attend_fused(q, k, v, valid_lens, attention, nonfinite) -> Tensor:
+def _attend_fused(q, k, v, seen, attention, nonfinite) -> Tensor:
     """The fast path: ``F.scaled_dot_product_attention``, (B, H, Lq, d) -> (B, H, Lq, d)."""
     if _size(k, 2) == 0:  # no keys: nothing to attend to (the kernel would spread a NaN query)
         return q.new_zeros(*q.shape[:3], v.shape[-1])
-    keep = empty = None
-    if valid_lens is not None:  # (B, 1, Lq or 1, Lk): broadcasts over the heads
-        keep, empty = mask_from_valid_lens(valid_lens.lens, k.shape[2], heads=True,
-                                           fill_empty=valid_lens.lowest in (None, 0))
+    keep, empty = seen.heads()  # (B or 1, 1, Lq or 1, Lk): broadcasts over the heads
     dropout_p = attention.dropout.p if attention.training else 0.0
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
                                          enable_gqa=_grouped(q, k))  # (B, H, Lq, d)
     # Write over the kernel's output, unless autograd keeps it (or a graph is being recorded)
     mine = not (out.requires_grad or tracing())
-    if empty is not None:  # a query with nothing to keep attended anywhere: zero it
+    if empty is not None:  # a query that sees nothing attended anywhere: zero it
         out = out.masked_fill_(empty, 0.0) if mine else out.masked_fill(empty, 0.0)
     return out if nonfinite is None else nonfinite.spoil(out, inplace=mine)
 
@@ -329,7 +345,7 @@ def _size(x: Tensor, dim: int) -> int:
     return int(x.shape[dim])
 
 
-def _attend_folded(q, k, v, valid_lens, attention, nonfinite) -> tuple[Tensor, Tensor]:
+def _attend_folded(q, k, v, seen, attention, nonfinite) -> tuple[Tensor, Tensor]:
     """The weights path: ``attention`` on the heads folded into the batch axis (chapter 2).
 
     The g query heads of a group share one key/value head: they are laid one after another
@@ -344,16 +360,21 @@ def _attend_folded(q, k, v, valid_lens, attention, nonfinite) -> tuple[Tensor, T
     q = q.reshape(B * Hkv, g * Lq, d)  # (B, H, Lq, d) -> (B*Hkv, g*Lq, d)
     k = k.reshape(B * Hkv, Lk, d)  # (B, Hkv, Lk, d) -> (B*Hkv, Lk, d)
     v = v.reshape(B * Hkv, Lk, v.shape[-1])  # (B, Hkv, Lk, d) -> (B*Hkv, Lk, d)
-    if valid_lens is not None:  # row b*Hkv + j of the folded batch belongs to example b
-        lens = valid_lens.lens
-        if lens.dim() == 1:
-            lens = lens.repeat_interleave(Hkv)  # (B,) -> (B*Hkv,)
-        else:  # (B, Lq) -> (B, 1, 1, Lq) -> (B, Hkv, g, Lq) -> (B*Hkv, g*Lq)
-            lens = lens[:, None, None, :].expand(B, Hkv, g, Lq).reshape(B * Hkv, g * Lq)
-        valid_lens = valid_lens._replace(lens=lens)
-    out, weights = attention(q, k, v, valid_lens, need_weights=True)
+    if seen.keep is not None:  # row b*Hkv + j of the folded batch belongs to example b
+        seen = Visible(*(_fold_mask(t, B, Hkv, g) for t in seen))
+    out, weights = attention(q, k, v, mask=seen, need_weights=True)
     # out: (B*Hkv, g*Lq, d) -> (B, H, Lq, d); weights: (B*Hkv, g*Lq, Lk) -> (B, H, Lq, Lk)
     return out.reshape(B, H, Lq, v.shape[-1]), weights.reshape(B, H, Lq, Lk)
+
+
+def _fold_mask(t: Tensor, B: int, Hkv: int, g: int) -> Tensor:
+    """A mask of the head layout folded like the queries: (B or 1, Lq or 1, n) -> (B*Hkv, g*Lq or 1, n)."""
+    t = t.expand(B, *t.shape[1:])  # (B or 1, Lq or 1, n) -> (B, Lq or 1, n)
+    if t.shape[1] == 1:
+        return t.repeat_interleave(Hkv, dim=0)  # (B, 1, n) -> (B*Hkv, 1, n)
+    Lq, n = t.shape[1], t.shape[2]
+    # (B, Lq, n) -> (B, 1, 1, Lq, n) -> (B, Hkv, g, Lq, n) -> (B*Hkv, g*Lq, n)
+    return t[:, None, None].expand(B, Hkv, g, Lq, n).reshape(B * Hkv, g * Lq, n)
 
 
 def check_head_mask(
@@ -370,9 +391,14 @@ def check_head_mask(
     Raises:
         ValueError: not numbers, booleans, on the meta device, or another shape.
     """
+    H = num_heads
+    if not tracing():  # (torch.jit.trace hands sizes over as tensors)
+        check_positive_int(num_heads, "num_heads")
+        check_size(batch_size, "batch_size")
+    if not isinstance(like, Tensor) or not like.is_floating_point():
+        raise ValueError(f"like must be a floating-point torch.Tensor, got {getattr(like, 'dtype', type(like).__name__)}")
     if head_mask is None:
         return None
-    H = num_heads
     head_mask = as_tensor(head_mask, "head_mask", "a tensor of gates (numbers)")
     if head_mask.dtype == torch.bool or head_mask.is_complex():
         raise ValueError(f"head_mask must hold real numbers, got dtype {head_mask.dtype}")
@@ -414,161 +440,22 @@ def read_lens_and_gates(
     return valid_lens, values[len(flags):]
 
 
-# --- decoding with a KV cache (chapter 9) --------------------------------------------------------
-
-
-class AttentionCache:
-    """What an attention layer needs of a key-value cache; ``mha_lib.decoding`` implements it.
-
-    A cache only stores: ``update`` takes the keys and values of n new positions and returns
-    everything cached; the layer attends to that (:func:`cached_keys_values`).
-    """
-
-    def __len__(self) -> int:
-        """L, the number of cached positions."""
-        raise NotImplementedError
-
-    def update(
-        self, keys: Tensor, values: Tensor, positions: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """Store (B, Hkv, n, d) keys and values; return all cached ones, (B, Hkv, L + n, d)."""
-        raise NotImplementedError
-
-
-def check_cached_attention(cache: object, queries: Tensor, keys: Tensor, positions: object) -> int:
-    """The checks of an attention layer's call with a cache; returns L + n, the bound of the
-    valid lengths (which count keys from the first cached position).
-
-    With a cache, keys and values are the new positions themselves (self-attention).
-
-    Raises:
-        ValueError: not a cache, keys of another length than the queries, bad positions.
-    """
-    if not isinstance(cache, AttentionCache):
-        raise ValueError(
-            f"cache must be a mha_lib.decoding.KVCache or one of its layers, got {type(cache).__name__}"
-        )
-    B, n = queries.shape[0], queries.shape[1]
-    if keys.shape[1] != n:
-        raise ValueError(
-            "with a cache, keys and values must be the new positions themselves "
-            f"(self-attention): {n} queries but {keys.shape[1]} keys"
-        )
-    if positions is not None:
-        check_positions(positions, B, n)
-    return len(cache) + n
-
-
-def cached_keys_values(
-    cache: AttentionCache,
-    k: Tensor,
-    v: Tensor,
-    valid_lens: CheckedLens | Tensor | None,
-    positions: Tensor | None,
-) -> tuple[Tensor, Tensor, CheckedLens | None]:
-    """Store the new keys and values in ``cache``; return all cached ones and the valid lengths.
-
-    The n new queries are causal: a query at position p may see the keys 0 .. p (valid length
-    p + 1), and at most ``valid_lens`` of them. Their positions are ``positions`` (n,) or (B, n),
-    by default L .. L + n - 1 right after the L cached ones. The cache grows by n slots;
-    example b writes its keys and values at its own positions (see ``mha_lib.decoding``).
+def read_lens_and_finite(
+    queries: Tensor, keys: Tensor, values: Tensor, valid_lens: object, gates: Tensor | None
+) -> tuple[CheckedLens | None, bool | None]:
+    """:func:`read_lens_and_gates` for an attention layer without a cache, and whether its
+    inputs are finite (read together with the valid lengths: one host read; without valid
+    lengths nothing is read and this is None: the rule for NaN and infinite inputs,
+    :class:`NonFiniteRule`, is then worked out on the device).
 
     Shapes:
-        k, v: (B, Hkv, n, d), the new positions
-        valid_lens: None, (B,) or (B, n) (a CheckedLens is not read again)
-        returns: keys and values (B, Hkv, L + n, d), and the valid lengths (B, n) of the new
-            queries (None when each may see everything)
+        queries: (B, Lq, .); keys, values: (B, Lk, .), the layer's inputs.
     """
-    if not isinstance(cache, AttentionCache):
-        raise ValueError(
-            f"cache must be a mha_lib.decoding.KVCache or one of its layers, got {type(cache).__name__}"
-        )
-    check_tensor(k, "k", 4)
-    B, _, n, _ = k.shape
-    L = len(cache)
-    valid_lens, _ = read_valid_lens(valid_lens, B, n, L + n, device=k.device)
-    k_all, v_all = cache.update(k, v, positions)  # (B, Hkv, L + n, d)
-    if positions is None:  # query i sits at position L + i
-        if valid_lens is None and n == 1:
-            return k_all, v_all, None  # the only new query sees every cached key
-        lens = torch.arange(L + 1, L + n + 1, device=k.device).expand(B, n)  # (n,) -> (B, n)
-        lowest = L + 1
-    else:
-        lens = check_positions(positions, B, n).to(k.device) + 1  # (B, n); update checked >= 0
-        lowest = 1
-    if valid_lens is not None:
-        given = valid_lens.lens if valid_lens.lens.dim() == 2 else valid_lens.lens[:, None]
-        lens = torch.minimum(lens, given)  # (B, n) vs (B, n or 1) -> (B, n)
-        lowest = None if valid_lens.lowest is None else min(lowest, valid_lens.lowest)
-    return k_all, v_all, CheckedLens(lens, lowest, None)
-
-
-# --- the rule for NaN and infinite inputs ----------------------------------------------------------
-
-
-def _sum(x: Tensor, dim: int | tuple[int, ...] | None = None) -> Tensor:
-    """Sum of ``x`` (over ``dim``), in float32 at least: inf or NaN exactly when an entry is.
-
-    (Unless the sum of finite entries overflows: in float32 that takes entries near 1e36,
-    whose scores would overflow anyway. Half-precision inputs are summed in float32.)
-    """
-    dtype = torch.float32 if x.element_size() < 4 else None
-    return x.sum() if dim is None and dtype is None else x.sum(dim, dtype=dtype)
-
-
-def _all_finite(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:
-    """0-d bool: every input entry is finite (three fast sums, see :func:`_sum`)."""
-    return torch.isfinite(_sum(queries) + _sum(keys) + _sum(values))
-
-
-class _NonFiniteRule(NamedTuple):
-    """The rule for NaN and inf inputs, the same on both paths of ``MultiHeadAttention``.
-
-    A query's output row (and its weights) is NaN when the query itself, or a key or value it
-    may attend to, holds a NaN or an infinity (and the query attends to something); an infinity
-    or NaN in a key or value that the query may *not* attend to does not reach it.
-
-    :meth:`of` works the rule out on the device, without reading a value (no host
-    synchronisation): ``spoil`` adds 0 to the rows that follow it and NaN to the broken ones,
-    and ``usable`` zeroes the keys and values that hold a non-finite number (which a masked
-    query would otherwise meet in the kernels' additive masks: x - inf is NaN for x = inf).
-
-    Attributes:
-        nan_rows: (B, Lq), 0 or NaN.
-        usable_kv: (B, Lk) bool, the key-value pairs with finite entries; None when no pair
-            needs zeroing (without valid lengths every query that may attend to a pair is
-            broken by it anyway).
-    """
-
-    nan_rows: Tensor
-    usable_kv: Tensor | None
-
-    @classmethod
-    def of(cls, queries: Tensor, keys: Tensor, values: Tensor, valid_lens: CheckedLens | None):
-        """The rule for these inputs (None when no key could break a row: Lk = 0)."""
-        B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
-        if Lk == 0:
-            return None  # every query attends to nothing: zeros
-        if valid_lens is None:  # every query may attend to every key of its example
-            used = _sum(keys, (1, 2)) + _sum(values, (1, 2))  # (B,)
-            rows = _sum(queries, -1) + used[:, None]  # (B, Lq): finite iff all it uses is
-            return cls((rows * 0).to(queries.dtype), None)  # finite * 0 = 0; inf, NaN * 0 = NaN
-        finite_q = torch.isfinite(queries).all(-1)  # (B, Lq)
-        finite_kv = torch.isfinite(keys).all(-1) & torch.isfinite(values).all(-1)  # (B, Lk)
-        lens = valid_lens.lens
-        lens = lens[:, None] if lens.dim() == 1 else lens  # (B, 1) or (B, Lq)
-        first_bad = finite_kv.long().cumprod(-1).sum(-1, keepdim=True)  # (B, 1): finite prefix
-        broken = (lens > first_bad) | (~finite_q & (lens > 0))  # (B, Lq)
-        nan_rows = torch.zeros(B, Lq, dtype=queries.dtype, device=queries.device)
-        return cls(nan_rows.masked_fill(broken, float("nan")), finite_kv)
-
-    def spoil(self, x: Tensor, inplace: bool = False) -> Tensor:
-        """x + NaN on the broken rows: x (B, H, Lq, ...) with the rows of (B, Lq)."""
-        rows = self.nan_rows[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
-        return x.add_(rows) if inplace else x + rows
-
-    def usable(self, x: Tensor) -> Tensor:
-        """Keys or values (B, Hkv, Lk, d) with the non-finite pairs zeroed."""
-        if self.usable_kv is None:
-            return x
-        return torch.where(self.usable_kv[:, None, :, None], x, 0.0)  # (B, Lk) -> (B, 1, Lk, 1)
+    B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
+    if valid_lens is None:
+        read_lens_and_gates(None, B, Lq, Lk, gates)  # (the gates only)
+        return None, None
+    valid_lens, (finite,) = read_lens_and_gates(valid_lens, B, Lq, Lk, gates,
+                                                all_finite(queries, keys, values),
+                                                device=queries.device)
+    return valid_lens, None if finite is None else bool(finite)

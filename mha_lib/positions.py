@@ -33,12 +33,13 @@ Shape legend
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
 from torch import Tensor
 
-from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib._checks import as_tensor, check_positive_int, check_tensor
 
 __all__ = ["frequencies", "rope_permutation", "rotary", "sinusoidal"]
 
@@ -46,8 +47,15 @@ _PAIRS = ("interleaved", "halves")
 
 
 def frequencies(width: int, base: float = 10000.0) -> Tensor:
-    """The width/2 angular frequencies ``base ** (-2i / width)``, i = 0, 1, ..., shape (width/2,)."""
-    return base ** (-torch.arange(0, width, 2, dtype=torch.float64) / width)
+    """The width/2 angular frequencies ``base ** (-2i / width)``, i = 0, 1, ..., shape (width/2,).
+
+    Raises:
+        ValueError: width not an even integer >= 2, or base not a finite number > 1.
+    """
+    if isinstance(width, bool) or not isinstance(width, numbers.Integral) or not 2 <= width < 2**63 or width % 2:
+        raise ValueError(f"width must be an even integer >= 2 (one frequency per pair), got {width!r}")
+    _check_base(base)
+    return float(base) ** (-torch.arange(0, width, 2, dtype=torch.float64) / width)
 
 
 def sinusoidal(L: int, D: int, base: float = 10000.0) -> Tensor:
@@ -146,14 +154,14 @@ def rope_permutation(d: int, num_heads: int = 1) -> Tensor:
 
 
 def _check_base(base: object) -> None:
-    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not base > 1:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
+    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not 1 < base < math.inf:
+        raise ValueError(f"base must be a finite number > 1, got {base!r}")
 
 
 def _check_table_args(L: object, D: object, base: object) -> None:
-    if isinstance(L, bool) or not isinstance(L, numbers.Integral) or L < 0:
+    if isinstance(L, bool) or not isinstance(L, numbers.Integral) or not 0 <= L < 2**63:
         raise ValueError(f"L must be an integer >= 0 (the number of positions), got {L!r}")
-    if isinstance(D, bool) or not isinstance(D, numbers.Integral) or D < 2 or D % 2:
+    if isinstance(D, bool) or not isinstance(D, numbers.Integral) or not 2 <= D < 2**63 or D % 2:
         raise ValueError(
             f"D must be an even integer >= 2 (sine and cosine columns come in pairs), got {D!r}"
         )
@@ -169,13 +177,7 @@ def _check_rotary_args(x: object, positions: object, base: object) -> Tensor:
             f"x must have an even head size d (features are rotated in pairs), "
             f"got d = {d} (shape {tuple(x.shape)})"
         )
-    if not isinstance(positions, Tensor):
-        try:
-            positions = torch.as_tensor(positions)
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(
-                f"positions must be a tensor of integers, got {type(positions).__name__}"
-            ) from None
+    positions = as_tensor(positions, "positions", "a tensor of integers")  # (not on meta)
     if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
         raise ValueError(f"positions must hold integers, got dtype {positions.dtype}")
     B, H, L, _ = x.shape

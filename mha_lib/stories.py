@@ -29,18 +29,25 @@ capitals and spacing back, so ``decode(encode(story.text)) == story.text``.
 
 from __future__ import annotations
 
+import numbers
 import random
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from mha_lib._checks import check_positive_int, check_size
+import torch
+from torch import Tensor
+
+from mha_lib._checks import check_not_meta, check_positive_int, check_size
 
 __all__ = [
     "GENDER",
     "RELATIONS",
     "Story",
     "Tokenizer",
+    "check_stories",
+    "link_mask",
     "sample_stories",
 ]
 
@@ -91,6 +98,8 @@ GENDER = {**{name: "f" for name in _FEMALE}, **{name: "m" for name in _MALE}}
 
 _PUNCTUATION = {".", ",", "'s", "!", "?", ":"}
 _TOKEN_RE = re.compile(r"[a-z]+(?:'[a-z]+)*|[0-9]+|\S")
+_MAX_STORIES = 10**6
+"""The most stories one call writes (a million stories are about a gigabyte of Python objects)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +116,24 @@ class Story:
     text: str
     tokens: list[str]
     links: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Raise a ValueError unless ``tokens`` are the text's and every link points back
+        inside them (a story whose ``links`` lacks a relation has no link of it)."""
+        if not isinstance(self.text, str):
+            raise ValueError(f"text must be a str, got {type(self.text).__name__}")
+        if not isinstance(self.tokens, list) or self.tokens != _tokenize(self.text):
+            raise ValueError(f"tokens must be the list Tokenizer().tokenize(text), got {self.tokens!r:.80}")
+        if not isinstance(self.links, Mapping) or not set(self.links) <= set(RELATIONS):
+            raise ValueError(f"links must be a dict whose keys are among {RELATIONS}, got {self.links!r:.80}")
+        L = len(self.tokens)
+        for relation, pairs in self.links.items():
+            ok = isinstance(pairs, Sequence) and not isinstance(pairs, str)
+            ok = ok and all(isinstance(p, tuple) and len(p) == 2 and all(_is_int(k) for k in p)
+                            and 0 <= p[1] < p[0] < L for p in pairs)
+            if not ok:
+                raise ValueError(f"links[{relation!r}] must be a list of pairs (i, j) of token "
+                                 f"indices with 0 <= j < i < {L} (the story's tokens), got {pairs!r:.80}")
 
 
 class Tokenizer:
@@ -132,9 +159,11 @@ class Tokenizer:
     def __init__(self, vocab: Sequence[str] | None = None) -> None:
         if vocab is None:
             vocab = _default_vocab()
-        if isinstance(vocab, str) or not all(isinstance(t, str) and t for t in vocab):
-            raise ValueError(f"vocab must be a sequence of non-empty strings, got {vocab!r:.80}")
-        vocab = list(vocab)
+        got = vocab
+        vocab = None if isinstance(vocab, (str, bytes, Mapping, Tensor)) \
+            or not isinstance(vocab, Iterable) else list(vocab)
+        if vocab is None or not all(isinstance(t, str) and t for t in vocab):
+            raise ValueError(f"vocab must be a sequence of non-empty strings, got {got!r:.80}")
         if vocab[: len(_SPECIALS)] != list(_SPECIALS) or len(set(vocab)) != len(vocab):
             raise ValueError(
                 f"vocab must start with {list(_SPECIALS)} and hold each token once, "
@@ -153,14 +182,7 @@ class Tokenizer:
         """Split ``text`` into lower-case tokens (words the vocabulary lacks are kept as typed)."""
         if not isinstance(text, str):
             raise ValueError(f"text must be a str, got {type(text).__name__}")
-        text = text.lower().replace("\u2019", "'").replace("\u2018", "'")
-        tokens = []
-        for token in _TOKEN_RE.findall(text):
-            if token.endswith("'s") and len(token) > 2:
-                tokens += [token[:-2], "'s"]  # "mia's" -> "mia", "'s"
-            else:
-                tokens.append(token)
-        return tokens
+        return _tokenize(text)
 
     def encode(self, text: str) -> list[int]:
         """The ids of ``tokenize(text)``; unknown words become ``unk_id``."""
@@ -173,6 +195,9 @@ class Tokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         """Text for token ids: spaces, capitals and punctuation put back (``<pad>`` dropped).
 
+        Args:
+            ids: a sequence of integers, or a 1-d integer tensor.
+
         Raises:
             ValueError: ``ids`` not a sequence of integers in ``[0, vocab_size)``.
         """
@@ -180,19 +205,38 @@ class Tokenizer:
         return _detokenize(tokens)
 
     def _check_ids(self, ids: object) -> list[int]:
-        try:
-            ids = [int(i) for i in ids] if all(_is_int(i) for i in ids) else None
-        except TypeError:
+        got = ids
+        if isinstance(ids, Tensor):  # a 1-d integer tensor; a float tensor is not token ids
+            check_not_meta(ids, "ids")
+            ids = ids.tolist() if ids.dim() == 1 and not (ids.is_floating_point() or ids.is_complex()) \
+                and ids.dtype != torch.bool else None
+        elif isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Iterable):
             ids = None
+        if ids is not None:
+            ids = list(ids)
+            ids = [int(i) for i in ids] if all(_is_int(i) for i in ids) else None
         if ids is None or any(not 0 <= i < self.vocab_size for i in ids):
             raise ValueError(
-                f"ids must be a sequence of integers in [0, {self.vocab_size}), got {ids!r:.80}"
+                f"ids must be a sequence of integers in [0, {self.vocab_size}), got {got!r:.80}"
             )
         return ids
 
 
 def _is_int(value: object) -> bool:
-    return not isinstance(value, (bool, float, str)) and hasattr(value, "__index__")
+    """An integer (a Python or numpy one), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _tokenize(text: str) -> list[str]:
+    """:meth:`Tokenizer.tokenize` of a str."""
+    text = text.lower().replace("\u2019", "'").replace("\u2018", "'")
+    tokens = []
+    for token in _TOKEN_RE.findall(text):
+        if token.endswith("'s") and len(token) > 2:
+            tokens += [token[:-2], "'s"]  # "mia's" -> "mia", "'s"
+        else:
+            tokens.append(token)
+    return tokens
 
 
 def _detokenize(tokens: Sequence[str]) -> str:
@@ -362,6 +406,43 @@ def _story(rng: random.Random) -> Story:
     return Story(_detokenize(w.tokens), w.tokens, w.links)
 
 
+def check_stories(stories: object, name: str = "stories", *, predict: bool = False) -> list[Story]:
+    """``stories`` as a list if it is a non-empty sequence of :class:`Story` each with at least
+    one token (with ``predict``, one of them with two: something to predict), else a ValueError
+    naming ``name``."""
+    if isinstance(stories, (Story, str, bytes, Mapping, Tensor)) or not isinstance(stories, Iterable):
+        raise ValueError(f"{name} must be a non-empty list of Story, got {type(stories).__name__}")
+    stories = list(stories)
+    bad = next((k for k, s in enumerate(stories) if not isinstance(s, Story) or not s.tokens), None)
+    if not stories or bad is not None:
+        got = "an empty list" if not stories else f"{name}[{bad}] = {stories[bad]!r:.60}"
+        raise ValueError(f"{name} must be a non-empty list of Story with at least one token each, got {got}")
+    if predict and all(len(s.tokens) < 2 for s in stories):
+        raise ValueError(f"{name} must hold a story of at least two tokens: nothing is predicted "
+                         "from a story of one token")
+    return stories
+
+
+def link_mask(stories: Sequence[Story], relation: str, shape: tuple[int, int]) -> Tensor:
+    """(B, L) bool: True at the tokens ``i`` of the stories' links of ``relation``.
+
+    ``shape`` is that of the stories' ids: B = len(stories), L at least the longest story.
+    """
+    stories = check_stories(stories)
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    longest = max(len(s.tokens) for s in stories)
+    if not (isinstance(shape, tuple) and len(shape) == 2 and all(isinstance(n, int) for n in shape)
+            and shape[0] == len(stories) and shape[1] >= longest):
+        raise ValueError(f"shape must be (B, L) with B = {len(stories)} stories and L >= {longest} "
+                         f"(the longest story's tokens), got {shape!r:.60}")
+    mask = torch.zeros(shape, dtype=torch.bool)
+    for b, story in enumerate(stories):
+        for i, _ in story.links.get(relation, ()):
+            mask[b, i] = True
+    return mask
+
+
 def sample_stories(n: int, seed: int) -> list[Story]:
     """``n`` stories from the grammar, a pure function of ``(n, seed)``.
 
@@ -370,12 +451,13 @@ def sample_stories(n: int, seed: int) -> list[Story]:
     object's colour. Story ``k`` of ``sample_stories(n, seed)`` is the same for every ``n > k``.
 
     Args:
-        n: number of stories, >= 1.
+        n: number of stories, 1 .. 1,000,000.
         seed: integer >= 0.
 
     Returns:
         a list of :class:`Story`.
     """
-    check_positive_int(n, "n")
+    if check_positive_int(n, "n") > _MAX_STORIES:
+        raise ValueError(f"n must be at most {_MAX_STORIES:,} stories, got {n!r}")
     rng = random.Random(check_size(seed, "seed"))
     return [_story(rng) for _ in range(n)]

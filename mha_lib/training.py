@@ -92,11 +92,14 @@ def warmup_cosine(step: int, *, warmup: int, steps: int) -> float:
     goes from 0 at ``step = warmup`` to 1 at ``step = steps``.
 
     Raises:
-        ValueError: step or warmup not an integer >= 0, steps not an integer >= 1.
+        ValueError: step or warmup not an integer >= 0, steps not an integer >= 1, or step
+            past the last step (the cosine would climb back up).
     """
     check_size(step, "step")
     check_size(warmup, "warmup")
     check_positive_int(steps, "steps")
+    if step > steps:
+        raise ValueError(f"step must be <= steps = {steps} (the schedule ends there), got {step}")
     if step < warmup:
         return (step + 1) / warmup
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
@@ -343,7 +346,7 @@ def _check_output_path(path: object, overwrite: object) -> Path:
     file without ``overwrite``, a directory, not a file name)."""
     path = _check_path(path)
     if path.exists() and not check_bool(overwrite, "overwrite"):
-        raise ValueError(f"{str(path)!r} exists: pass overwrite=True (--overwrite) to replace it")
+        raise ValueError(f"path {str(path)!r} exists: pass overwrite=True (--overwrite) to replace it")
     return path
 
 
@@ -397,7 +400,7 @@ def save_checkpoint(
     try:
         torch.save(ckpt, tmp)
         if not overwrite and path.exists():  # appeared while we were writing
-            raise ValueError(f"{str(path)!r} exists: pass overwrite=True (--overwrite) to replace it")
+            raise ValueError(f"path {str(path)!r} exists: pass overwrite=True (--overwrite) to replace it")
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -436,27 +439,27 @@ def load_checkpoint(path: str | os.PathLike, *, kind: str) -> dict:
     path = _check_path(path)
     kind = _check_kind(kind)
     if not path.exists():
-        raise FileNotFoundError(f"no checkpoint at {str(path)!r}")
+        raise FileNotFoundError(f"path {str(path)!r}: no checkpoint at that path")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except PermissionError:
         raise
     except Exception as err:  # noqa: BLE001 - a corrupt file can make the unpickler raise anything
         raise ValueError(
-            f"{str(path)!r} is not a mha_lib checkpoint: torch.load failed ({_why(err)})"
+            f"path {str(path)!r} is not a mha_lib checkpoint: torch.load failed ({_why(err)})"
         ) from None
     if not isinstance(ckpt, dict):
-        raise ValueError(f"{str(path)!r} is not a mha_lib checkpoint: it holds a {type(ckpt).__name__}, not a dict")
+        raise ValueError(f"path {str(path)!r} is not a mha_lib checkpoint: it holds a {type(ckpt).__name__}, not a dict")
     if set(ckpt) != set(_KEYS):
         raise ValueError(
-            f"{str(path)!r} is not a mha_lib checkpoint: expected the keys {list(_KEYS)}, got {sorted(map(str, ckpt))}"
+            f"path {str(path)!r} is not a mha_lib checkpoint: expected the keys {list(_KEYS)}, got {sorted(map(str, ckpt))}"
         )
     if ckpt["kind"] != kind:
-        raise ValueError(f"{str(path)!r} is a checkpoint of kind {ckpt['kind']!r}, not {kind!r}")
+        raise ValueError(f"path {str(path)!r} is a checkpoint of kind {ckpt['kind']!r}, not {kind!r}")
     if not isinstance(ckpt["config"], dict) or not isinstance(ckpt["extra"], dict) or not isinstance(
         ckpt["state_dict"], dict
     ) or not all(isinstance(v, Tensor) for v in ckpt["state_dict"].values()):
-        raise ValueError(f"{str(path)!r} is not a mha_lib checkpoint: config, state_dict or extra has the wrong type")
+        raise ValueError(f"path {str(path)!r} is not a mha_lib checkpoint: config, state_dict or extra has the wrong type")
     return ckpt
 
 
@@ -504,12 +507,12 @@ def load_model(path: str | os.PathLike, *, kind: str, config_class: type,
     try:
         config = config_class(**ckpt["config"])
     except TypeError as err:
-        raise ValueError(f"the config of {str(path)!r} does not fit {config_class.__name__}: {err}") from None
+        raise ValueError(f"the config of path {str(path)!r} does not fit {config_class.__name__}: {err}") from None
     model = model_class(config)
     try:
         model.load_state_dict(ckpt["state_dict"])
     except RuntimeError as err:
-        raise ValueError(f"the weights of {str(path)!r} do not fit {type(model).__name__}: {err}") from None
+        raise ValueError(f"the weights of path {str(path)!r} do not fit {type(model).__name__}: {err}") from None
     return model.eval()
 
 

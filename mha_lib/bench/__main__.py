@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from mha_lib._checks import check_positive_int, check_positive_number
-from mha_lib.bench import cost, modern
+from mha_lib.bench import cost, masks, modern
 from mha_lib.bench.cost import Sizes
 from mha_lib.timing import loglog_slope
 
@@ -26,7 +26,7 @@ _FULL_SIZES = (Sizes(8, 128, 128, 256, 8), Sizes(8, 512, 512, 512, 8), Sizes(2, 
 _QUICK_SIZES = (Sizes(4, 64, 64, 128, 4), Sizes(2, 256, 256, 128, 4))
 
 #: Per command: repeats and min_time without --quick (with it: 3 and 0.01).
-_DEFAULTS = {"cost": (9, 0.2), "modern": (5, 0.1)}
+_DEFAULTS = {"cost": (9, 0.2), "modern": (5, 0.1), "masks": (3, 0.05)}
 
 _COMMANDS = {
     "cost": "chapter 6 (the default): time ratios of MultiHeadAttention's fast path to the "
@@ -34,6 +34,9 @@ _COMMANDS = {
     "with weights; peak memory of both paths",
     "modern": "chapters 9-11: decoding with and without a KV cache, KV cache memory with "
     "grouped-query attention, peak memory and speed of tiled (online-softmax) attention",
+    "masks": "where masks save work: tiled attention that skips hidden tiles (sliding window "
+    "256, causal) beside SDPA with the same dense mask and FlexAttention; tiles computed, "
+    "peak memory",
 }
 
 _EXAMPLES = f"""\
@@ -41,7 +44,8 @@ examples:
   {_PROG}                   chapter 6's table at the full sizes (minutes)
   {_PROG} --quick           the same at small sizes (seconds)
   {_PROG} modern --quick    the tables of chapters 9-11 at small sizes
-  {_PROG} cost --help       the options of one command (cost, modern)
+  {_PROG} masks --quick     tiled attention under masks at a small length
+  {_PROG} cost --help       the options of one command (cost, modern, masks)
 
 Timings are paired ratios, median [min-max]: the contenders run in turns inside every
 repetition, so that load from other programs slows both sides of a ratio alike.
@@ -93,13 +97,14 @@ def _add_common(parser: argparse.ArgumentParser, repeats: int, min_time: float, 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG,
-        usage=f"{_PROG} [-h] [cost | modern] [options]",
+        usage=f"{_PROG} [-h] [cost | modern | masks] [options]",
         description="Benchmarks of multi-head attention on this CPU, printed as tables.\n"
         "Without a command, runs 'cost' with the options given.",
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", title="commands", metavar="{cost,modern}")
+    commands = parser.add_subparsers(dest="command", title="commands",
+                                     metavar="{cost,modern,masks}")
     c = commands.add_parser("cost", prog=f"{_PROG} cost", help=_COMMANDS["cost"],
                             description=_COMMANDS["cost"])
     c.add_argument("--size", type=_parse_sizes, action="append", metavar="B,Lq,Lk,D,H",
@@ -112,6 +117,13 @@ def _parser() -> argparse.ArgumentParser:
                    metavar="L", help="tokens to decode (default 64 128 256 512); none to skip")
     _add_common(m, *_DEFAULTS["modern"],
                 memory="lengths of the tiled-attention tables (default 512 1024 2048 4096)")
+    k = commands.add_parser("masks", prog=f"{_PROG} masks", help=_COMMANDS["masks"],
+                            description=_COMMANDS["masks"])
+    k.add_argument("--lengths", type=_parse_positive_int, nargs="+", default=None, metavar="L",
+                   help="sequence lengths (default 8192; 1024 with --quick)")
+    k.add_argument("--no-flex", action="store_true",
+                   help="leave out FlexAttention (torch.compile takes minutes the first time)")
+    _add_common(k, *_DEFAULTS["masks"], memory="(unused)")
     return parser
 
 
@@ -132,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"median [min-max] of {repeats} paired time ratios",
         flush=True,
     )
-    run = _run_cost if args.command == "cost" else _run_modern
+    run = {"cost": _run_cost, "modern": _run_modern, "masks": _run_masks}[args.command]
     run(args, repeats, min_time)
     return 0
 
@@ -196,6 +208,21 @@ def _run_modern(args: argparse.Namespace, repeats: int, min_time: float) -> None
                                          min_time=min_time, **fl)
         print()
         print(modern.format_flash_speed_table(srows, **fl), flush=True)
+
+
+def _run_masks(args: argparse.Namespace, repeats: int, min_time: float) -> None:
+    """Where masks save work: tiled attention beside SDPA (and FlexAttention) under masks."""
+    lengths = args.lengths or ([1024] if args.quick else [8192])
+    sizes = dict(B=1, d=64, block_size=128)
+    flex = not args.no_flex
+    if flex:
+        _progress("compiling FlexAttention ...")
+        print(masks.flex_status(), file=sys.stderr)
+    rows = masks.mask_table(lengths=lengths, repeats=repeats, min_time=min_time, flex=flex,
+                            progress=_progress, **sizes)
+    _clear_progress()
+    print()
+    print(masks.format_mask_table(rows, **sizes), flush=True)
 
 
 if __name__ == "__main__":

@@ -14,17 +14,28 @@ from mha_lib.timing import Ratio
 Check = Callable[[object, str], object]
 
 
+_MAX_SIZE = 2**31 - 1
+"""The largest size a benchmark takes (a torch size must fit in 64 bits; products of sizes too)."""
+
+
+def check_bench_size(value: object, name: str) -> int:
+    """An integer in [1, 2**31 - 1]: a size torch can allocate a tensor of (memory permitting)."""
+    if check_positive_int(value, name) > _MAX_SIZE:
+        raise ValueError(f"{name} must be an integer in [1, 2**31 - 1], got {value!r}")
+    return int(value)
+
+
 def check_BDH(B: object, D: object, H: object) -> None:
-    """B, D and H integers >= 1, with H dividing D."""
+    """B, D and H integers in [1, 2**31 - 1], with H dividing D."""
     for value, name in ((B, "B"), (D, "D"), (H, "H")):
-        check_positive_int(value, name)
+        check_bench_size(value, name)
     if D % H:
         raise ValueError(f"D ({D}) must be divisible by H ({H})")
 
 
 def check_lengths(lengths: object, name: str = "lengths") -> list[int]:
-    """A non-empty sequence of integers >= 1."""
-    return [int(L) for L in check_sequence(lengths, name, "integers >= 1", check_positive_int)]
+    """A non-empty sequence of integers in [1, 2**31 - 1]."""
+    return [int(L) for L in check_sequence(lengths, name, "integers in [1, 2**31 - 1]", check_bench_size)]
 
 
 def check_float_dtype(dtype: object, name: str = "dtype") -> torch.dtype:

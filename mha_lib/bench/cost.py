@@ -45,6 +45,7 @@ from mha_lib._checks import (
 )
 from mha_lib.bench._checks import (
     check_BDH,
+    check_bench_size,
     check_float_dtype,
     check_instance,
     check_lengths,
@@ -103,8 +104,8 @@ class Sizes:
     H: int
 
     def __post_init__(self) -> None:
-        check_positive_int(self.Lq, "Lq")
-        check_positive_int(self.Lk, "Lk")
+        check_bench_size(self.Lq, "Lq")
+        check_bench_size(self.Lk, "Lk")
         check_BDH(self.B, self.D, self.H)
 
     @property

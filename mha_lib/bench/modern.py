@@ -33,6 +33,7 @@ from mha_lib._checks import (
 from mha_lib.attention import DotProductAttention
 from mha_lib.bench._checks import (
     check_BDH,
+    check_bench_size,
     check_lengths,
     check_peak_rows,
     check_ratio,
@@ -88,10 +89,14 @@ def step_flops(t: int, D: int, *, cached: bool) -> int:
 def decoding_flops(L: int, D: int, *, cached: bool) -> int:
     """FLOPs of decoding L tokens through one self-attention layer of width D.
 
-    The sum of :func:`step_flops` over the steps ``t = 0 .. L - 1``.
+    The sum of :func:`step_flops` over the steps ``t = 0 .. L - 1``, in closed form (the prefix
+    lengths m = 1 .. L sum to L(L+1)/2, their squares to L(L+1)(2L+1)/6).
     """
     L = check_positive_int(L, "L")
-    return sum(step_flops(t, D, cached=cached) for t in range(L))
+    step_flops(0, D, cached=cached)  # checks D and cached
+    if cached:
+        return 8 * L * D * D + 4 * D * (L * (L + 1) // 2)
+    return 8 * D * D * (L * (L + 1) // 2) + 4 * D * (L * (L + 1) * (2 * L + 1) // 6)
 
 
 def decoding_contenders(
@@ -103,7 +108,7 @@ def decoding_contenders(
     * ``recompute``: what a model without a cache does, the whole prefix at every step
       (causal valid lengths), keeping the last position's output.
     """
-    L = check_positive_int(L, "L")
+    L = check_bench_size(L, "L")
     check_BDH(B, D, H)
     check_size(seed, "seed")
     with torch.random.fork_rng(devices=[]):
@@ -197,7 +202,7 @@ def cache_memory_table(
     lengths = check_lengths(lengths)
     kv_heads = check_lengths(kv_heads, "kv_heads")
     check_BDH(B, D, H)
-    num_layers = check_positive_int(num_layers, "num_layers")
+    num_layers = check_bench_size(num_layers, "num_layers")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         layers = {Hkv: GroupedQueryAttention(D, H, Hkv, 0.0).eval() for Hkv in kv_heads}
@@ -255,7 +260,7 @@ def _check_cache_bytes(value: object, name: str) -> int:
 
 def _check_flash_sizes(B: object, d: object, block_size: object) -> None:
     for value, name in ((B, "B"), (d, "d"), (block_size, "block_size")):
-        check_positive_int(value, name)
+        check_bench_size(value, name)
 
 
 def _flash_contenders(
@@ -267,7 +272,7 @@ def _flash_contenders(
     * ``materialised``: ``DotProductAttention``, which holds the (B, L, L) weights;
     * ``fused``: ``F.scaled_dot_product_attention``, PyTorch's fused CPU kernel.
     """
-    L = check_positive_int(L, "L")
+    L = check_bench_size(L, "L")
     _check_flash_sizes(B, d, block_size)
     g = torch.Generator().manual_seed(check_size(seed, "seed"))
     q, k, v = (torch.randn(B, L, d, generator=g) for _ in range(3))

@@ -41,12 +41,13 @@ _READ_STATE_JS = """
 }
 """
 
-# A promise that settles at the next redraw of the figure (or after 5 s, to report a failure).
+# A promise that settles at the next redraw of the figure (or, a safety net for a failure to
+# report, false after 60 s).
 _ARM_REDRAW_JS = """
 (divId) => {
   const gd = document.getElementById(divId);
   window.__mhaRedrawn = new Promise((resolve) => {
-    const timer = setTimeout(() => resolve(false), 5000);
+    const timer = setTimeout(() => resolve(false), 60000);
     gd.once("plotly_afterplot", () => { clearTimeout(timer); resolve(true); });
   });
 }
@@ -72,7 +73,7 @@ def click_control(page, index: int, value: int, controls_id: str = CONTROLS_ID) 
 
 def _click_and_wait(page, index: int, value: int, div_id: str = DIV_ID,
                    controls_id: str = CONTROLS_ID) -> bool:
-    """Click a control at ``value`` and wait until plotly redrew; False if no redraw in 5 s."""
+    """Click a control at ``value`` and wait until plotly redrew; False if no redraw in 60 s."""
     page.evaluate(_ARM_REDRAW_JS, div_id)
     click_control(page, index, value, controls_id)
     return page.evaluate("() => window.__mhaRedrawn")

@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -41,6 +42,9 @@ _CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic",
 # No news, no update check, no announcement toast: nothing asks for the network.
 _PAGE_CONFIG = {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
 _STDERR_MIME = "application/vnd.jupyter.stderr"
+# Every wait here is for a state (a status text, a prompt, a redraw); this is only the safety
+# net after which a wait gives up, generous for a machine busy with other work.
+_PATIENCE_MS = 300_000
 
 
 def _free_port() -> int:
@@ -49,11 +53,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# The line the server logs once it listens, just before it starts serving (jupyter_server).
+_READY_LINE = "Use Control-C to stop this server"
+
+
+def _copy_log(stream, path: Path, ready: threading.Event) -> None:
+    """Copy the server's output into ``path`` line by line; set ``ready`` when the server
+    announces that it serves, or when its output ends (it exited)."""
+    with open(path, "w") as log:
+        for line in stream:
+            log.write(line)
+            log.flush()
+            if _READY_LINE in line:
+                ready.set()
+    ready.set()
+
+
 @contextlib.contextmanager
-def _lab_server(notebooks: list[Path], timeout: float = 60.0):
+def _lab_server(notebooks: list[Path], timeout: float = 180.0):
     """A JupyterLab server on 127.0.0.1 over temporary copies of ``notebooks``.
 
-    Yields ``(base_url, folder)``; the server (and its kernels) stop on exit, also on error.
+    Yields ``(base_url, folder)`` once the server says it serves (``timeout``: a safety net
+    in seconds, never a wait); the server (and its kernels) stop on exit, also on error.
     """
     with tempfile.TemporaryDirectory(prefix="mha-lab-") as tmp:
         tmp = Path(tmp)
@@ -78,23 +99,18 @@ def _lab_server(notebooks: list[Path], timeout: float = 60.0):
             f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
             f"--LabApp.user_settings_dir={tmp / 'settings'}",
         ] + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])
-        log = open(tmp / "server.log", "w")
-        server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        log_path = tmp / "server.log"
+        server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, encoding="utf-8", errors="replace", start_new_session=True)
+        ready = threading.Event()  # set when the server says it serves, or when it exits
+        copier = threading.Thread(target=_copy_log, args=(server.stdout, log_path, ready), daemon=True)
+        copier.start()
         base = f"http://127.0.0.1:{port}/"
         try:
-            deadline = time.monotonic() + timeout
-            while True:
-                if server.poll() is not None:
-                    raise RuntimeError("JupyterLab exited:\n" + (tmp / "server.log").read_text())
-                try:
-                    urllib.request.urlopen(base + "api/status", timeout=2).read()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("JupyterLab did not start:\n"
-                                           + (tmp / "server.log").read_text()) from None
-                    time.sleep(0.25)
+            if not ready.wait(timeout) or _READY_LINE not in log_path.read_text():
+                raise RuntimeError(f"JupyterLab did not start within {timeout:.0f} s:\n"
+                                   + log_path.read_text())
+            urllib.request.urlopen(base + "api/status", timeout=timeout).read()  # it answers
             yield base, folder
         finally:
             server.terminate()  # the server shuts its kernels down on SIGTERM
@@ -103,7 +119,7 @@ def _lab_server(notebooks: list[Path], timeout: float = 60.0):
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, 9)
                 server.wait()
-            log.close()
+            copier.join(timeout=15)
 
 
 @contextlib.contextmanager
@@ -123,6 +139,7 @@ def _lab_page(base_url: str, notebook: str, viewport=(1400, 1000), browser=None)
             stack.callback(browser.close)
         context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         stack.callback(context.close)
+        context.set_default_timeout(_PATIENCE_MS)  # clicks and goto wait for states, up to this
         page = context.new_page()
         page.external_requests, page.console_errors = [], []
 
@@ -136,11 +153,11 @@ def _lab_page(base_url: str, notebook: str, viewport=(1400, 1000), browser=None)
         page.route("**/*", route)
         page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
         page.goto(f"{base_url}lab/tree/{notebook}", wait_until="load")
-        page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+        page.locator(".jp-Notebook .jp-Cell").first.wait_for()
         yield page
 
 
-def _kernel_idle(page, timeout_ms: float = 60_000) -> None:
+def _kernel_idle(page, timeout_ms: float = _PATIENCE_MS) -> None:
     """Wait until the notebook's kernel has started and is idle (status bar: "... | Idle")."""
     page.wait_for_function(
         r"""() => [...document.querySelectorAll("#jp-main-statusbar span")].some(
@@ -153,7 +170,7 @@ def _menu(page, menu_name: str, item: str) -> None:
     page.locator(".lm-Menu-item:visible .lm-Menu-itemLabel").filter(has_text=item).first.click()
 
 
-def _run_all(page, timeout_ms: float = 120_000) -> None:
+def _run_all(page, timeout_ms: float = 2 * _PATIENCE_MS) -> None:
     """Clear the outputs, run all cells (Run menu) and wait until every code cell has run."""
     _kernel_idle(page)
     _menu(page, "Edit", "Clear Outputs of All Cells")
@@ -212,6 +229,22 @@ def _explorer_state(page, index: int = 0) -> dict:
     return page.evaluate(_STATE_JS, index)
 
 
+def _await_explorer(page, sliders: dict[str, str], head_names: list[str], index: int = 0,
+                    timeout_ms: float = _PATIENCE_MS) -> dict:
+    """Wait until explorer ``index`` is drawn with these slider readouts (label -> text) and
+    head names (after Run All its widgets render after the kernel is idle; after a move the
+    figure redraws after the slider); return its state (:data:`_STATE_JS`)."""
+    page.wait_for_function(
+        f"""([i, sliders, names]) => {{
+          let state;
+          try {{ state = ({_STATE_JS})(i); }} catch (e) {{ return false; }}  // not drawn yet
+          const values = Object.fromEntries(state.sliders.map((s) => [s.label, s.value]));
+          return Object.entries(sliders).every(([label, value]) => values[label] === value)
+            && JSON.stringify(state.headNames) === JSON.stringify(names);
+        }}""", arg=[index, sliders, head_names], timeout=timeout_ms)
+    return _explorer_state(page, index)
+
+
 def _slider(page, label: str, index: int = 0):
     """The ``.widget-slider`` of explorer ``index`` whose label starts with ``label``."""
     box = page.locator(".widget-vbox:has(.js-plotly-plot):has(.widget-slider)").nth(index)
@@ -250,20 +283,28 @@ def _redraw_count(page) -> int:
     return page.evaluate("() => window.__mhaRedraws.length")
 
 
-def _press(page, label: str, key: str, index: int = 0, timeout_ms: float = 5000) -> None:
+def _press(page, label: str, key: str, index: int = 0, timeout_ms: float = _PATIENCE_MS) -> None:
     """Press ``key`` on a slider's handle and wait for the figure's next redraw."""
     before = _redraw_count(page)
     _slider(page, label, index).locator(".noUi-handle").press(key)
     page.wait_for_function(f"() => window.__mhaRedraws.length > {before}", timeout=timeout_ms)
 
 
-def _click_at(page, label: str, fraction: float, index: int = 0, timeout_ms: float = 5000) -> None:
+def _click_at(page, label: str, fraction: float, index: int = 0,
+              timeout_ms: float = _PATIENCE_MS) -> None:
     """Click a slider's track at ``fraction`` (0 = left end, 1 = right end); wait for a redraw."""
     before = _redraw_count(page)
     box = _slider(page, label, index).locator(".noUi-base").bounding_box()
     x = box["x"] + min(max(fraction, 0.01), 0.99) * box["width"]  # inside the track
     page.mouse.click(x, box["y"] + box["height"] / 2)
     page.wait_for_function(f"() => window.__mhaRedraws.length > {before}", timeout=timeout_ms)
+
+
+def _at_end(page, label: str, key: str, index: int = 0) -> bool:
+    """Whether the slider's handle sits at the end ``key`` moves it towards (its aria values)."""
+    handle = _slider(page, label, index).locator(".noUi-handle")
+    end = handle.get_attribute("aria-valuemax" if key == "ArrowRight" else "aria-valuemin")
+    return float(handle.get_attribute("aria-valuenow")) == float(end)
 
 
 def _time_controls(page, moves: int = 10, index: int = 0) -> dict[str, list[float]]:
@@ -277,10 +318,9 @@ def _time_controls(page, moves: int = 10, index: int = 0) -> dict[str, list[floa
         start = len(page.evaluate("() => window.__mhaRedraws"))
         for i in range(moves):
             key = "ArrowLeft" if (i // 3) % 2 else "ArrowRight"  # back and forth, 3 steps each
-            try:
-                _press(page, label, key, index)
-            except Exception:  # at the end of the track a key changes nothing: turn around
-                _press(page, label, "ArrowLeft" if key == "ArrowRight" else "ArrowRight", index)
+            if _at_end(page, label, key, index):  # there the key changes nothing: turn around
+                key = "ArrowLeft" if key == "ArrowRight" else "ArrowRight"
+            _press(page, label, key, index)
         results[label] = page.evaluate("() => window.__mhaRedraws")[start:]
     return results
 

@@ -23,6 +23,7 @@
   ``.js`` and ``.css`` file under ``_static`` in ``html_js_files``/``html_css_files``, which
   loaded plotly.js (1.5 MB) on every page, a second time after ``mha-figures.js`` on pages
   with figures (replacing the ``Plotly`` object that script prepared), and the stylesheet twice;
+* steps a reader's "Next"/"Previous" links over the page for teachers (:data:`FOR_TEACHERS`);
 * removes sphinx-thebe's scripts: the book has no live-code launch button, and Jupyter Book
   1.0.4 registers thebe's configuration script twice, which logs
   ``Identifier 'THEBE_JS_URL' has already been declared`` on every page.
@@ -109,7 +110,7 @@ def _drop_widget_state(app, doctree) -> None:
 
 
 def _own_assets_once(app, config) -> None:
-    ours = {SITE_CSS, SITE_JS, FIGURES_JS, PLOTLY_JS, LM_JS}
+    ours = {SITE_CSS, SITE_JS, FIGURES_JS, PLOTLY_JS, LM_JS, SEARCH_JS}
     for key in ("html_js_files", "html_css_files"):
         files = list(getattr(config, key, None) or [])
         kept = [f for f in files if (f[0] if isinstance(f, (tuple, list)) else f) not in ours]
@@ -125,8 +126,34 @@ def _mathjax_components(app, config) -> None:
         config.mathjax3_config = mathjax3
 
 
+FOR_TEACHERS = {"teaching"}  # pages a reader's "Next" and "Previous" links step over
+
+
+def _reading_order(app, pagename, templatename, context, doctree) -> None:
+    """A reader's "Next" from the last chapter goes on to the back matter, not to the page for
+    teachers (and "Previous" from the back matter comes back to the last chapter); the
+    teachers' page keeps its own links."""
+    builder, relations = app.builder, getattr(app.builder, "relations", {})
+    if pagename in FOR_TEACHERS or pagename not in relations:
+        return
+    for key, index in (("next", 2), ("prev", 1)):
+        target, seen = relations[pagename][index], set()
+        if target not in FOR_TEACHERS:
+            continue
+        while target in FOR_TEACHERS and target not in seen:
+            seen.add(target)
+            target = relations.get(target, [None, None, None])[index]
+        context[key] = None if target is None else {
+            "link": builder.get_relative_uri(pagename, target),
+            "title": builder.render_partial(app.env.titles[target])["title"],
+        }
+
+
 def _page_assets(app, pagename, templatename, context, doctree) -> None:
     body = context.get("body", "")
+    if pagename == "search":  # after searchtools.js (priority 500): snippets and ranking
+        app.add_js_file(f"{SEARCH_TEXTS}/counts.js", priority=600)
+        app.add_js_file(SEARCH_JS, priority=601)
     if "plotly-graph-div" in body:
         app.add_js_file(PLOTLY_JS, priority=1)
         app.add_js_file(FIGURES_JS, priority=2)
@@ -169,8 +196,11 @@ def _used_icons(outdir: Path, fa_css: Path) -> tuple[set[str], set[int]]:
     return names, codepoints
 
 
-def trim_fontawesome_css(css: str, names: set[str]) -> tuple[str, set[int]]:
-    """Font Awesome's CSS with only the icon rules for ``names`` and the solid font faces.
+def trim_fontawesome_css(css: str, names: set[str],
+                         fonts: tuple[str, ...] = ("fa-solid-900",)) -> tuple[str, set[int]]:
+    """Font Awesome's CSS with only the icon rules for ``names`` and the faces of ``fonts``
+    (the solid font; the brands font too when a page shows a brand icon, e.g. the
+    repository's).
 
     Returns:
         The trimmed CSS and the code points of the icons kept.
@@ -180,9 +210,10 @@ def trim_fontawesome_css(css: str, names: set[str]) -> tuple[str, set[int]]:
     out = [licence.group(0)] if licence else []
     css = css[licence.end():] if licence else css
     body = _FONT_FACE.sub("", css)
-    for face in _FONT_FACE.findall(css):  # the solid (weight 900) faces only
-        if "fa-solid-900" in face and "unicode-range" not in face:
-            out.append(face.replace(',url(../webfonts/fa-solid-900.ttf) format("truetype")', ""))
+    for face in _FONT_FACE.findall(css):  # the faces of the fonts kept, woff2 only
+        for font in fonts:
+            if f"{font}." in face and "unicode-range" not in face:
+                out.append(face.replace(f',url(../webfonts/{font}.ttf) format("truetype")', ""))
     for selector, declarations in _CSS_RULE.findall(body):
         icon_rule = declarations.startswith("content:") and ":before" in selector
         if icon_rule:
@@ -202,16 +233,18 @@ def subset_fontawesome(outdir: Path) -> None:
 
     for fa_css in (outdir / "_static" / "vendor" / "fontawesome").glob("*/css/all.min.css"):
         names, codepoints = _used_icons(outdir, fa_css)
-        css, kept = trim_fontawesome_css(fa_css.read_text(encoding="utf-8"), names)
-        font = fa_css.parent.parent / "webfonts" / "fa-solid-900.woff2"
-        options = subset.Options()
-        options.flavor = "woff2"
-        options.layout_features = ["*"]
-        subsetter = subset.Subsetter(options)
-        ttfont = subset.load_font(str(font), options)
-        subsetter.populate(unicodes=sorted(codepoints | kept))
-        subsetter.subset(ttfont)
-        subset.save_font(ttfont, str(font), options)
+        fonts = ("fa-solid-900",) + (("fa-brands-400",) if names & {"brands", "github", "gitlab"} else ())
+        css, kept = trim_fontawesome_css(fa_css.read_text(encoding="utf-8"), names, fonts)
+        for name in fonts:
+            font = fa_css.parent.parent / "webfonts" / f"{name}.woff2"
+            options = subset.Options()
+            options.flavor = "woff2"
+            options.layout_features = ["*"]
+            subsetter = subset.Subsetter(options)
+            ttfont = subset.load_font(str(font), options)
+            subsetter.populate(unicodes=sorted(codepoints | kept))
+            subsetter.subset(ttfont)
+            subset.save_font(ttfont, str(font), options)
         fa_css.write_text(css, encoding="utf-8")
 
 
@@ -294,10 +327,90 @@ def strip_code_styles(html: str) -> str:
     return _CODE_STYLE.sub("", html)
 
 
+SEARCH_TEXTS = "mha-search"  # _static/mha-search/<page>.html: each page's text, for snippets
+SEARCH_JS = "mha-search.js"
+_ARTICLE = re.compile(r'<article class="bd-article"[^>]*>(.*)</article>', re.S)
+_SCRIPT_OR_STYLE = re.compile(r"<(script|style)\b.*?</\1>", re.S)
+_CODE_SPAN = re.compile(r'<span class="[a-z0-9]{1,3}">([^<]*)</span>')
+# what a snippet never shows: outputs (but the listings show_source prints) and figures, the
+# header's buttons, permalinks
+_NOT_TEXT = ("script, style, svg, img, .cell_output .output:not(.text_html), .headerlink, "
+             ".dropdown-download-buttons, "
+             ".mha-lm, .mha-explorer, .plotly-graph-div, .prev-next-area, nav, button, "
+             "details.hide > summary")
+_KEEP_TAGS = ("section", "h1", "h2", "h3", "h4", "p", "li", "pre", "dt", "dd", "td", "th")
+
+
+def search_text(page_html: str) -> str:
+    """The text of a page's article as a small HTML document for the search page's snippets:
+    ``<div role="main">`` with its sections (their ``id``, which a hit's anchor names), headings,
+    paragraphs, code and listings, no other outputs, figures, scripts or attributes (a few kB where the page
+    has hundreds: Sphinx's search page fetches the page of every hit to make its snippet)."""
+    import bs4
+
+    match = _ARTICLE.search(page_html)
+    body = _SCRIPT_OR_STYLE.sub("", match.group(1) if match else "")
+    body = _CODE_SPAN.sub(r"\1", body)  # Pygments' token spans: most of a page's tags
+    soup = bs4.BeautifulSoup(f'<div role="main">{body}</div>', "html.parser")
+    main = soup.div
+    for el in main.select(_NOT_TEXT):
+        el.decompose()
+    for el in main.find_all(True):
+        if el is main:
+            continue
+        if el.name in _KEEP_TAGS:
+            el.attrs = {"id": el["id"]} if el.has_attr("id") else {}
+        elif el.has_attr("id"):
+            el.attrs = {"id": el["id"]}
+            el.name = "span"
+        else:
+            el.unwrap()
+    parts = re.split(r"(<pre>.*?</pre>)", str(main), flags=re.S)  # code keeps its lines
+    return "".join(part if part.startswith("<pre>") else
+                   re.sub(r"[ \t]*\n\s*", "\n", re.sub(r"[ \t]+", " ", part)) for part in parts)
+
+
+def term_counts(texts: dict[str, str], stem) -> dict:
+    """How often each word stem occurs on each page, for ranking: ``{"docs": [docname...],
+    "terms": {stem: [doc index, count, ...]}}``, pages with a stem at least twice, stems seen
+    at least 3 times on some page (a few tens of kB for the book)."""
+    import collections
+
+    docs = sorted(texts)
+    table: dict[str, list[int]] = collections.defaultdict(list)
+    for i, doc in enumerate(docs):
+        words = re.findall(r"\w+", re.sub(r"<[^>]+>", " ", texts[doc]).lower())
+        for term, count in collections.Counter(stem(w) for w in words if not w.isdigit()).items():
+            if count >= 2:
+                table[term] += [i, count]
+    return {"docs": docs, "terms": {t: v for t, v in sorted(table.items()) if max(v[1::2]) >= 3}}
+
+
+def _write_search_texts(app, outdir: Path) -> None:
+    """``_static/mha-search/<page>.html`` (:func:`search_text`) for every page, and
+    ``counts.js`` (:func:`term_counts`, with the stemmer of Sphinx's English index)."""
+    import json
+
+    from sphinx.search.en import SearchEnglish
+
+    target = outdir / "_static" / SEARCH_TEXTS
+    texts = {}
+    for docname in app.env.found_docs:
+        page = outdir / f"{docname}.html"
+        if page.exists() and docname not in ("search", "genindex"):
+            texts[docname] = search_text(page.read_text(encoding="utf-8"))
+            out = target / f"{docname}.html"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(texts[docname], encoding="utf-8")
+    counts = json.dumps(term_counts(texts, SearchEnglish({}).stem), separators=(",", ":"))
+    (target / "counts.js").write_text(f"window.mhaSearchCounts = {counts};\n", encoding="utf-8")
+
+
 def _lighten_pages(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
     outdir = Path(app.outdir)
+    _write_search_texts(app, outdir)
     for page in outdir.rglob("*.html"):
         html = page.read_text(encoding="utf-8")
         lighter = fix_citation_roles(strip_code_styles(strip_fontawesome_js(html)))
@@ -314,6 +427,7 @@ def setup(app):
     app.connect("config-inited", _mathjax_components)
     app.connect("config-inited", _own_assets_once)
     app.connect("html-page-context", _page_assets)
+    app.connect("html-page-context", _reading_order)
     # after the theme's own build-finished handlers (pydata-sphinx-theme rewrites pygments.css)
     app.connect("build-finished", _lighten_pages, priority=900)
     app.add_css_file(SITE_CSS)

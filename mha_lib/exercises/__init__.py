@@ -23,6 +23,8 @@ The package:
 * :mod:`~mha_lib.exercises.later`      the checkers of chapters 4-7;
 * :mod:`~mha_lib.exercises.modern`     the checkers of RoPE (chapter 3b), grouped-query
   attention (chapter 10) and tiled attention (chapter 11);
+* :mod:`~mha_lib.exercises.wild`       the checkers of chapter 5's conversions: GPT-2's fused
+  ``c_attn``, Llama's queries and keys;
 * :mod:`~mha_lib.exercises.grading`    partial credit per mistake family, for nbgrader.
 
 Adding a checker ``check_x``:
@@ -32,7 +34,8 @@ Adding a checker ``check_x``:
 2. the checker, in the module of its chapters (or a new module of that kind, each under 600
    lines): a mistake model ``_x_variant(..., spec)`` that is the reference for ``spec == {}``,
    a list of ``runner.Case``, and ``return runner.run_cases("check_x", cases, settings,
-   general_hint)``; export it below;
+   general_hint)``, the function decorated with ``@runner.checker`` (it refuses an answer that
+   cannot be called and reports whatever still escapes); export it below;
 3. its families in ``grading.CHECKER_FAMILIES`` (without it the exercise gets no partial
    credit cell), then ``python -m mha_lib.book.assignments mark chapters/*.ipynb``.
 
@@ -57,12 +60,15 @@ from mha_lib.exercises.later import (
     check_stiefel_dimension,
 )
 from mha_lib.exercises.modern import check_gqa_from_mha, check_rotary, check_tiled_attention
+from mha_lib.exercises.wild import check_gpt2_c_attn, check_llama_qk
 
 __all__ = [
     "MISTAKES",
     "check_crossover_length",
     "check_dot_product_attention",
+    "check_gpt2_c_attn",
     "check_gqa_from_mha",
+    "check_llama_qk",
     "check_longest_sequence",
     "check_masked_softmax",
     "check_mean_entropy",

@@ -71,6 +71,12 @@ FAMILIES: dict[str, str] = {
     "blocks": "online softmax",
     "kv_groups": "grouping",
     "pool": "pooling",
+    # attention code in the wild (mha_lib.exercises.wild)
+    "conv1d": "weight layout",
+    "c_attn_split": "fused projections",
+    "c_attn_bias": "fused projections",
+    "rope_rows": "rotation pairs",
+    "kv_repeat": "grouping",
 }
 
 #: Every mistake a checker can name, keyed by ``(setting, wrong value)``. A *spec* is a dict of
@@ -349,5 +355,44 @@ MISTAKES: dict[tuple[str, str], _Mistake] = {
         "the group's first head instead of the mean of its heads",
         "Keeping one head per group throws the others away; Ainslie et al. (2023) found "
         "mean-pooling all g key (and value) heads of a group the better start for uptraining.",
+    ),
+    # ---------------------------------------------------------------- code in the wild (wild)
+    ("conv1d", "not_transposed"): _Mistake(
+        "GPT-2's Conv1D weight copied without a transpose",
+        "GPT-2's c_attn is a Conv1D: it computes x @ weight + bias with its weight stored (in, "
+        "out) = (D, 3D). An nn.Linear stores (out, in) and computes x @ weight.T, so each (D, D) "
+        "block of columns must be transposed: W_q = c_attn.weight[:, :D].T. (nanoGPT's c_attn is "
+        "an nn.Linear: there W_q is the first D rows, as they are.)",
+    ),
+    ("c_attn_split", "kqv"): _Mistake(
+        "queries and keys swapped when splitting c_attn",
+        "c_attn's 3D outputs are the queries, then the keys, then the values: "
+        "q, k, v = c_attn(x).split(D, dim=2). The first D columns of the Conv1D weight belong "
+        "to W_q, the next D to W_k, the last D to W_v (and the bias splits the same way).",
+    ),
+    ("c_attn_bias", "ignored"): _Mistake(
+        "c_attn's bias left out",
+        "GPT-2's projections all have biases: split c_attn.bias (3D,) into three blocks of D, "
+        "b_q, b_k, b_v, in the order of the weights.",
+    ),
+    ("rope_rows", "not_permuted"): _Mistake(
+        "the RoPE permutation forgotten",
+        "Llama in transformers rotates feature i of a head with feature i + d/2 (rotate_half); "
+        "this book rotates 2i with 2i+1. Permute the rows of W_q and W_k within each head, "
+        "W[rope_permutation(d, H).argsort()], so that the book's pairs hold what Llama's pairs "
+        "held (W_v and W_o stay as they are).",
+    ),
+    ("rope_rows", "wrong_way"): _Mistake(
+        "the RoPE permutation applied the wrong way round",
+        "rope_permutation(d, H) takes the book's rows to the places of the halves convention "
+        "(book -> Llama). From Llama to the book, index with its inverse, "
+        "rope_permutation(d, H).argsort().",
+    ),
+    ("kv_repeat", "tiled"): _Mistake(
+        "key heads tiled instead of repeated in place (repeat instead of repeat_interleave)",
+        "repeat_kv gives each key/value head to the g = H / Hkv query heads next to it: query "
+        "head h reads key head h // g, so the key heads go 0, 0, 1, 1, ... for g = 2. Tiling "
+        "(.repeat(g, 1, 1)) gives 0, 1, 0, 1 and pairs queries with another group's keys: "
+        "use repeat_interleave(g, dim=0) on the (Hkv, d, D) heads.",
     ),
 }

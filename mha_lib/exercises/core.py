@@ -30,9 +30,11 @@ from mha_lib.exercises.runner import (
     NotImplementedYet,
     StudentError,
     call_student,
+    checker,
     long_tensor,
     matmul_crash_hint,
     run_cases,
+    scalar_cases,
     seeded,
 )
 from mha_lib.heads import transpose_output, transpose_qkv
@@ -208,6 +210,7 @@ def _softmax_cases(call: Callable) -> list[Case]:
     return cases
 
 
+@checker
 def check_masked_softmax(fn: Callable) -> bool:
     """Check a student's ``masked_softmax(X, valid_lens)`` against :func:`mha_lib.masked_softmax`.
 
@@ -228,6 +231,7 @@ def check_masked_softmax(fn: Callable) -> bool:
                      "tiny example and compare row by row.")
 
 
+@checker
 def check_dot_product_attention(fn: Callable) -> bool:
     """Check ``fn(queries, keys, values, valid_lens)``: scaled dot-product attention.
 
@@ -291,6 +295,7 @@ def _transpose_shape_hint(got: tuple, expected: tuple) -> str:
     return ""
 
 
+@checker
 def check_transpose_qkv(fn: Callable) -> bool:
     """Check ``fn(X, num_heads)`` against :func:`mha_lib.transpose_qkv`.
 
@@ -307,6 +312,7 @@ def check_transpose_qkv(fn: Callable) -> bool:
                      _transpose_shape_hint)
 
 
+@checker
 def check_transpose_output(fn: Callable) -> bool:
     """Check ``fn(X, num_heads)`` against :func:`mha_lib.transpose_output`.
 
@@ -381,6 +387,7 @@ def _prepare_module(cls, config, name: str):
     return obj, ref
 
 
+@checker
 def check_multihead_attention(cls: type) -> bool:
     """Check a student's multi-head attention class against :class:`mha_lib.MultiHeadAttention`.
 
@@ -404,7 +411,7 @@ def check_multihead_attention(cls: type) -> bool:
     problems: list[str] = []
     for config in _MHA_CONFIGS:
         try:
-            built = _prepare_module(cls, config, name)
+            built = call_student(_prepare_module, cls, config, name)  # it reads the student's module
         except NotImplementedYet:
             print("check_multihead_attention: not implemented yet (your class raises "
                   "NotImplementedError). Replace the `raise NotImplementedError` lines.")
@@ -462,6 +469,7 @@ def _num_parameters_variant(query_size, key_size, value_size, d_model, num_heads
     return projections + output + biases
 
 
+@checker
 def check_num_parameters(fn: Callable) -> bool:
     """Check ``fn(query_size, key_size, value_size, d_model, num_heads, bias) -> int``,
     the number of learnable parameters of multi-head attention.
@@ -469,25 +477,13 @@ def check_num_parameters(fn: Callable) -> bool:
     Catches: a forgotten W_o, a full projection per head, biases ignored or always counted.
     """
     configs = ((6, 5, 7, 8, 2, False), (6, 5, 7, 8, 4, True), (16, 16, 16, 16, 8, True))
-    cases = []
     for config in configs:
         query_size, key_size, value_size, d_model, num_heads, bias = config
         module = MultiHeadAttention(key_size, query_size, value_size, d_model, num_heads,
                                     0.0, bias=bias)
-        ref = sum(p.numel() for p in module.parameters())
-        assert ref == _num_parameters_variant(*config, {})
-
-        def run(config=config):
-            out = call_student(fn, *config)
-            return torch.tensor(float(out)) if isinstance(out, (int, float)) else out
-
-        cases.append(Case(
-            "query_size={}, key_size={}, value_size={}, d_model={}, num_heads={}, "
-            "bias={}".format(*config),
-            run_student=run,
-            variant=lambda spec, config=config: torch.tensor(
-                float(_num_parameters_variant(*config, spec))),
-        ))
+        assert sum(p.numel() for p in module.parameters()) == _num_parameters_variant(*config, {})
+    cases = scalar_cases(fn, configs, "query_size={}, key_size={}, value_size={}, d_model={}, "
+                         "num_heads={}, bias={}", _num_parameters_variant)
     settings = {"params": ("no_W_o", "per_head"), "bias": ("ignored", "always")}
     return run_cases("check_num_parameters", cases, settings,
                      "Compare with sum(p.numel() for p in MultiHeadAttention(...).parameters()).")

@@ -59,6 +59,8 @@ CHECKER_FAMILIES: dict[str, tuple[str, ...]] = {
     "check_rotary": ("rotation pairs", "angles", "positions"),
     "check_tiled_attention": ("online softmax", "scores"),
     "check_gqa_from_mha": ("grouping", "pooling"),
+    "check_gpt2_c_attn": ("weight layout", "fused projections"),
+    "check_llama_qk": ("rotation pairs", "grouping"),
 }
 
 _RUNS = "runs on every case and returns the right shapes"
@@ -74,6 +76,12 @@ _CRASH_MARKERS = (
     "has no attribute",
     "weight shape",
     "bias although",
+    "on the meta device",
+    "on the device",
+    "tensor of dtype",
+    "cannot read",
+    "can be called",
+    "could not finish",
 )
 _UNEXPLAINED_MARKERS = ("match none of the classic mistakes", "may hide one more mistake")
 

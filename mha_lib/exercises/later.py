@@ -16,6 +16,7 @@ Shape legend
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Callable
 
@@ -27,6 +28,7 @@ from mha_lib.exercises.runner import (
     Case,
     StudentError,
     call_student,
+    checker,
     long_tensor,
     run_cases,
     scalar_cases,
@@ -55,6 +57,7 @@ def _mean_entropy_variant(w: Tensor, spec: dict[str, str]) -> Tensor:
     return (rows.mean(-1) if spec.get("entropy") == "sign" else -rows.mean(-1))  # (H,)
 
 
+@checker
 def check_mean_entropy(fn: Callable) -> bool:
     """Check ``fn(w)``: the mean row entropy of each head, for weights (H, Lq, Lk) -> (H,).
 
@@ -83,6 +86,7 @@ def _stiefel_dimension_variant(N: int, d: int, spec: dict[str, str]) -> int:
     return N * d - constraints.get(spec.get("stiefel"), d * (d + 1) // 2)
 
 
+@checker
 def check_stiefel_dimension(fn: Callable) -> bool:
     """Check ``fn(N, d) -> int``, the dimension of the Stiefel manifold St(d, N).
 
@@ -102,6 +106,7 @@ def _crossover_length_variant(D: int, spec: dict[str, str]) -> int:
     return {"half": D, "double": 4 * D, "strict": 2 * D + 1}.get(spec.get("crossover"), 2 * D)
 
 
+@checker
 def check_crossover_length(fn: Callable) -> bool:
     """Check ``fn(D) -> int``: the smallest self-attention length L at which the scores and the
     weighted sum cost as many FLOPs as the four projections (chapter 6, ``ex-06-crossover``).
@@ -123,6 +128,7 @@ def _longest_sequence_variant(budget: int, B: int, H: int, spec: dict[str, str])
     return math.isqrt(budget // (per_weight * B * H))
 
 
+@checker
 def check_longest_sequence(fn: Callable) -> bool:
     """Check ``fn(budget, B, H) -> int``: the longest self-attention length whose float32
     weights (B, H, L, L) fit in ``budget`` bytes (chapter 6, ``ex-06-budget``).
@@ -165,6 +171,7 @@ def _prune_heads_variant(mha, heads, x, lens, spec: dict[str, str]) -> Tensor:
         return mha(x, x, x, lens, head_mask=gates)  # (B, L, D)
 
 
+@checker
 def check_prune_heads(fn: Callable) -> bool:
     """Check ``fn(mha, heads)``: a smaller ``MultiHeadAttention`` without the listed heads,
     equal to ``mha`` with those heads gated to 0 (chapter 7, ``ex-07-prune``; no biases).
@@ -178,8 +185,8 @@ def check_prune_heads(fn: Callable) -> bool:
     x, lens = torch.randn(2, 5, 6, generator=seeded(5)), long_tensor([5, 3])
     cases = []
     for heads in ([0], [1, 3], [0, 1, 2]):
-        def run(heads=heads):
-            pruned = call_student(fn, mha, list(heads))
+        def run(x, heads=heads):
+            pruned = call_student(fn, copy.deepcopy(mha), list(heads))  # a copy: mha stays the reference
             if not isinstance(pruned, nn.Module):
                 return pruned
             expected = mha.num_heads - len(heads)
@@ -188,11 +195,11 @@ def check_prune_heads(fn: Callable) -> bool:
                     f"no error, but the result has num_heads = {pruned.num_heads}; removing "
                     f"{len(heads)} of {mha.num_heads} heads leaves {expected}")
             with torch.no_grad():
-                return call_student(pruned.eval(), x, x, x, lens)
+                return call_student(pruned.eval(), x, x, x, lens.clone())
 
         cases.append(Case(f"removing heads {heads}", run_student=run,
                           variant=lambda spec, heads=heads: _prune_heads_variant(
-                              mha, heads, x, lens, spec)))
+                              mha, heads, x, lens, spec), inputs=(x,)))
 
     def crash_hint(message: str) -> list[str]:
         if any(pattern in message for pattern in MATMUL_ERRORS + ("size of tensor", "shape")):

@@ -33,6 +33,7 @@ from mha_lib.exercises.runner import (
     Case,
     StudentError,
     call_student,
+    checker,
     long_tensor,
     matmul_crash_hint,
     run_cases,
@@ -72,6 +73,7 @@ _ROTARY_SETTINGS = {"pairs": ("halves",), "angle": ("opposite",), "exponent": ("
                     "offset": ("ignored",)}
 
 
+@checker
 def check_rotary(fn: Callable) -> bool:
     """Check ``fn(x, positions)``: RoPE in this book's convention, against
     :func:`mha_lib.positions.rotary`.
@@ -153,6 +155,7 @@ def _growing_scores(g: torch.Generator, B: int, Lq: int, Lk: int, d: int):
     return q, steps * u / u.norm() + 0.3 * torch.randn(B, Lk, d, generator=g)
 
 
+@checker
 def check_tiled_attention(fn: Callable) -> bool:
     """Check ``fn(q, k, v, block_size)``: softmax(q k^T / sqrt(d)) v computed over blocks of
     ``block_size`` keys with an online softmax, against :func:`mha_lib.flash.tiled_attention`.
@@ -236,6 +239,7 @@ def _gqa_variant(mha: MultiHeadAttention, Hkv: int, x: Tensor, lens: Tensor,
 _GQA_SETTINGS = {"kv_groups": ("tiled",), "pool": ("sum", "first")}
 
 
+@checker
 def check_gqa_from_mha(fn: Callable) -> bool:
     """Check ``fn(mha, num_kv_heads)``: a ``GroupedQueryAttention`` made from the
     ``MultiHeadAttention`` ``mha`` as uptraining starts (Ainslie et al., 2023), against
@@ -259,7 +263,7 @@ def check_gqa_from_mha(fn: Callable) -> bool:
     for H, Hkv in ((4, 2), (6, 3), (6, 2), (4, 1)):
         mha = modules[H]
 
-        def run(mha=mha, Hkv=Hkv):
+        def run(x, mha=mha, Hkv=Hkv):
             gqa = call_student(fn, copy.deepcopy(mha), Hkv)
             if not isinstance(gqa, nn.Module):
                 raise StudentError(f"no error, but returned a {type(gqa).__name__}, not an "
@@ -270,11 +274,11 @@ def check_gqa_from_mha(fn: Callable) -> bool:
                     raise StudentError(f"no error, but the result has {name} = {got}, "
                                        f"expected {want}")
             with torch.no_grad():
-                return call_student(gqa.eval(), x, x, x, lens)
+                return call_student(gqa.eval(), x, x, x, lens.clone())
 
         cases.append(Case(f"H = {H} query heads, Hkv = {Hkv} key/value heads", run_student=run,
                           variant=lambda spec, mha=mha, Hkv=Hkv: _gqa_variant(
-                              mha, Hkv, x, lens, spec)))
+                              mha, Hkv, x, lens, spec), inputs=(x,)))
     return run_cases("check_gqa_from_mha", cases, _GQA_SETTINGS,
                      "Compare your W_k.weight with mha.W_k.weight.reshape(Hkv, H // Hkv, d, D)"
                      ".mean(1).reshape(Hkv * d, D), and W_q, W_o with mha's.")

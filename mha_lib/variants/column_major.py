@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from torch.nn.utils.parametrizations import orthogonal
 
 from mha_lib._checks import check_bool, check_positive_int, check_tensor
+from mha_lib.attention import fit_queries
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.variants._common import check_like_module, check_square_mha
 
@@ -115,6 +116,7 @@ class ColumnMajorMultiHeadAttention(nn.Module):
         Zb = self._check_input(Z)  # (B, D, L)
         B, D, L = Zb.shape
         Q, K, V = self._project(Zb)  # each (B, H, d, L)
+        Q = fit_queries(Q.mT, K.mT).mT  # columns whose scores would overflow are scaled down
         C = torch.einsum("bhdm,bhdn->bhmn", K, Q)  # (B, H, L, L): [m, n] = key m . query n
         weights = torch.softmax(C / math.sqrt(self.head_size), dim=-2)  # down each column
         heads = torch.einsum("bhdm,bhmn->bhdn", V, weights)  # (B, H, d, L): V_i P_i

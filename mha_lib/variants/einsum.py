@@ -31,6 +31,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int, check_probability
+from mha_lib.attention import fit_queries
 from mha_lib.masking import check_attention_mask, padding_to_keep, softmax_over_kept
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.variants._common import (
@@ -100,6 +101,7 @@ class EinsumMultiHeadAttention(nn.Module):
         q = rearrange(self.w_qs(q), "b l (head k) -> head b l k", head=H)  # (H, B, Lq, d_k)
         k = rearrange(self.w_ks(k), "b t (head k) -> head b t k", head=H)  # (H, B, Lk, d_k)
         v = rearrange(self.w_vs(v), "b t (head v) -> head b t v", head=H)  # (H, B, Lk, d_v)
+        q = fit_queries(q, k)  # rows whose scores would overflow are scaled down (attention.fit_queries)
         scores = torch.einsum("hblk,hbtk->hblt", q, k) / math.sqrt(self.d_k)  # (H, B, Lq, Lk)
         if keep is None:
             attn = torch.softmax(scores, dim=-1)

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int
+from mha_lib.attention import fit_queries
 from mha_lib.masking import check_attention_mask, softmax_over_kept
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.variants._common import (
@@ -48,6 +49,7 @@ def scaled_dot_product(
             with different lengths Lk, leading axes that do not broadcast, d = 0, or a bad ``keep``.
     """
     _check_operands(q, k, v)
+    q = fit_queries(q, k)  # rows whose scores would overflow are scaled down (attention.fit_queries)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Lq, Lk)
     if keep is None:
         attention = torch.softmax(scores, dim=-1)

@@ -413,13 +413,21 @@ def _layout_overrides(wide: dict, narrow: dict) -> dict:
     return {k: v for k, v in narrow.items() if wide.get(k) != v}
 
 
-def _describe_heatmaps(B: int, H: int, Lq: int, Lk: int, masked: bool, title: str | None) -> str:
-    """A text alternative for a grid of attention heatmaps."""
+def _describe_heatmaps(B: int, H: int, Lq: int, Lk: int, masked: bool, title: str | None,
+                       example_titles: Sequence[str] | None = None) -> str:
+    """A text alternative for a grid of attention heatmaps (rows named by ``example_titles``
+    when given: "layer 0, layer 1", not "2 examples")."""
     what = f"{title}: " if title else ""
-    grid = f"{B} example{'s' if B > 1 else ''} by {H} head{'s' if H > 1 else ''}"
-    text = (f"{what}heatmaps of attention weights, one panel per example and head ({grid}). "
+    heads = f"{H} head{'s' if H > 1 else ''}"
+    if example_titles:
+        grid = f"rows {', '.join(map(str, example_titles))}, by {heads}"
+        each = "row"
+    else:
+        grid = f"{B} example{'s' if B > 1 else ''} by {heads}"
+        each = "example"
+    text = (f"{what}heatmaps of attention weights, one panel per {each} and head ({grid}). "
             f"In each panel the {Lk} keys run left to right and the {Lq} queries top to bottom; "
-            "colour shows the weight from 0 (dark purple) to 1 (yellow), each row sums to 1.")
+            "colour shows the weight from 0 (dark purple) to 1 (yellow); each query's weights sum to 1.")
     return text + (" Grey cells are masked keys, with weight 0." if masked else "")
 
 
@@ -493,7 +501,7 @@ def attention_heatmaps(
     _, narrow = heatmap_parts(array, masked, narrow=True, **options)
     layout["meta"] = {
         "description": _describe_heatmaps(B, H, Lq, Lk, masked is not None and bool(masked.any()),
-                                         title),
+                                         title, example_titles),
         "narrow": _layout_overrides(layout, narrow),
     }
     return go.Figure(data=traces, layout=layout)

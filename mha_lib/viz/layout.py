@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mha_lib._checks import check_positive_int, check_size
+
 __all__ = [
     "MARGIN_BOTTOM_PX",
     "MARGIN_TOP_PX",
@@ -45,14 +47,28 @@ class _Panel:
 
 def axis_names(slot: int) -> tuple[str, str]:
     """Trace-side axis ids of a slot: ``("x", "y")`` for slot 0, ``("x2", "y2")`` for slot 1..."""
-    suffix = "" if slot == 0 else str(slot + 1)
+    suffix = "" if check_size(slot, "slot") == 0 else str(slot + 1)
     return "x" + suffix, "y" + suffix
 
 
 def _grid_shape(num_heads: int, max_cols: int) -> tuple[int, int]:
     """(rows per example, columns): the heads of one example wrap after ``max_cols`` panels."""
-    cols = min(num_heads, max_cols)
+    cols = min(check_positive_int(num_heads, "num_heads"), check_positive_int(max_cols, "max_cols"))
     return math.ceil(num_heads / cols), cols
+
+
+_MAX_PANELS = 1024
+"""The most panels a figure lays out (B x H); more would not be readable, nor fast to draw."""
+
+
+def _check_sizes(num_examples: object, num_heads: int, panel_px: object) -> int:
+    """``num_examples`` after checking it and ``panel_px`` (integers >= 1) and the panel count."""
+    check_positive_int(num_examples, "num_examples")
+    check_positive_int(panel_px, "panel_px")
+    if num_examples * num_heads > _MAX_PANELS:
+        raise ValueError(f"num_examples * num_heads must be at most {_MAX_PANELS} panels, got "
+                         f"{num_examples} * {num_heads}")
+    return num_examples
 
 
 def panels(num_examples: int, num_heads: int, max_cols: int,
@@ -63,7 +79,7 @@ def panels(num_examples: int, num_heads: int, max_cols: int,
     onto further rows after ``max_cols`` columns.
     """
     rows_per_example, cols = _grid_shape(num_heads, max_cols)
-    rows = num_examples * rows_per_example
+    rows = _check_sizes(num_examples, num_heads, panel_px) * rows_per_example
     row_px = _TITLE_PX + panel_px + _AXIS_PX
     total_px = rows * row_px
     x_gap = 0.08 if cols > 1 else 0.0
@@ -85,5 +101,5 @@ def figure_height(num_examples: int, num_heads: int, max_cols: int,
                   panel_px: int = PANEL_PX) -> int:
     """Pixel height of the figure that holds the B x H panels."""
     rows_per_example, _ = _grid_shape(num_heads, max_cols)
-    rows = num_examples * rows_per_example
+    rows = _check_sizes(num_examples, num_heads, panel_px) * rows_per_example
     return rows * (_TITLE_PX + panel_px + _AXIS_PX) + MARGIN_TOP_PX + MARGIN_BOTTOM_PX

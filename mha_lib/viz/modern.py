@@ -62,7 +62,9 @@ def step_cost_figure(max_position: int, D: int) -> go.Figure:
         max_position: the steps drawn, t = 0 .. max_position - 1.
         D: the model width.
     """
-    ts = list(range(check_positive_int(max_position, "max_position")))
+    if check_positive_int(max_position, "max_position") > 10**5:
+        raise ValueError(f"max_position must be at most 100000 (the steps drawn), got {max_position}")
+    ts = list(range(max_position))
     check_positive_int(D, "D")
     cached = [step_flops(t, D, cached=True) for t in ts]
     recompute = [step_flops(t, D, cached=False) for t in ts]
@@ -111,6 +113,8 @@ def kv_sharing_figure(num_heads: int, num_kv_heads: int) -> go.Figure:
         ValueError: unless ``num_heads`` and ``num_kv_heads`` are integers >= 1 and
             ``num_kv_heads`` divides ``num_heads``.
     """
+    if check_positive_int(num_heads, "num_heads") > 1024:
+        raise ValueError(f"num_heads must be at most 1024 (a row per query head), got {num_heads}")
     owner = kv_head_of(num_heads, num_kv_heads)
     z = [[1.0 if owner[h] == j else 0.0 for j in range(num_kv_heads)] for h in range(num_heads)]
     fig = go.Figure(go.Heatmap(

@@ -119,6 +119,10 @@ def _make_scene(
     )
 
 
+_MAX_WIDTH = 4096
+"""The widest word vectors and projections of a scene (a picture of a few words, not a model)."""
+
+
 def sentence_scene(
     sentences: Sequence[str] = _DEFAULT_SENTENCES,
     *,
@@ -136,11 +140,12 @@ def sentence_scene(
     Returns:
         A :class:`_Scene` with B = len(sentences) and Lq = Lk = the longest sentence's length.
     """
-    if isinstance(sentences, str) or not sentences or not all(
+    if isinstance(sentences, str) or not isinstance(sentences, Sequence) or not sentences or not all(
         isinstance(s, str) and s.split() for s in sentences
     ):
-        raise ValueError(f"sentences must be a non-empty list of non-empty strings, got {sentences!r}")
-    num_features = check_positive_int(num_features, "num_features")
+        raise ValueError(f"sentences must be a non-empty list of non-empty strings, got {sentences!r:.80}")
+    if check_positive_int(num_features, "num_features") > _MAX_WIDTH:
+        raise ValueError(f"num_features must be at most {_MAX_WIDTH}, got {num_features}")
     seed = _check_seed(seed)
     if (isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale)
             or scale <= 0):
@@ -178,7 +183,8 @@ def seeded_model(scene: _Scene, num_heads: int, d_model: int, seed: int) -> Mult
     """
     _check_scene(scene)
     num_heads = check_positive_int(num_heads, "num_heads")
-    d_model = check_positive_int(d_model, "d_model")
+    if check_positive_int(d_model, "d_model") > _MAX_WIDTH:
+        raise ValueError(f"d_model must be at most {_MAX_WIDTH}, got {d_model}")
     if d_model % num_heads:
         raise ValueError(f"num_heads must divide d_model = {d_model}, got {num_heads}")
     seed = _check_seed(seed)

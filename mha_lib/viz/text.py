@@ -18,7 +18,9 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from mha_lib._checks import check_tensor
 from mha_lib.stories import RELATIONS, Story
+from mha_lib.viz.heatmaps import check_title
 
 __all__ = ["ablation_figure", "head_on_links_figure", "links_figure"]
 
@@ -85,15 +87,15 @@ def links_figure(story: Story, relations: Sequence[str] = RELATIONS) -> go.Figur
     fig = go.Figure()
     tokens = story.tokens
     for k, relation in enumerate(relations):
-        pairs = story.links[relation]
+        pairs = story.links.get(relation, [])
         fig.add_scatter(
             x=[j for _, j in pairs], y=[i - 1 for i, _ in pairs], mode="markers", name=relation,
             marker=dict(size=11, color=_OKABE_ITO[k % 6], symbol=_SYMBOLS[k % 3], line=dict(width=2)),
             hovertext=[f"{relation}: '{tokens[i]}' (token {i}) is fixed by '{tokens[j]}' (token {j})"
                        for i, j in pairs], hoverinfo="text",
         )
-    rows = sorted({i - 1 for r in relations for i, _ in story.links[r]})
-    cols = sorted({j for r in relations for _, j in story.links[r]})
+    rows = sorted({i - 1 for r in relations for i, _ in story.links.get(r, [])})
+    cols = sorted({j for r in relations for _, j in story.links.get(r, [])})
     fig.update_layout(title="Where the model must look: the story's links", height=420, margin=_MARGIN,
                       legend=dict(orientation="h", y=1.08, x=0))
     if rows:
@@ -120,22 +122,22 @@ def head_on_links_figure(weights: torch.Tensor, story: Story, relation: str, *, 
     if not isinstance(weights, torch.Tensor) or weights.shape != (L, L):
         got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
         raise ValueError(f"weights must be a (L, L) = ({L}, {L}) tensor for this story, got {got}")
+    check_tensor(weights, "weights", 2)
     if relation not in RELATIONS:
         raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
-    if offset not in (0, 1):
+    if type(offset) is not int or offset not in (0, 1):
         raise ValueError(f"offset must be 0 or 1, got {offset!r}")
+    check_title(title)
     z = weights.detach().double().cpu().numpy().copy()
     z[np.triu_indices(L, 1)] = np.nan  # future keys: grey gaps, never a small weight
     fig = go.Figure(go.Heatmap(z=z, x=list(range(L)), y=list(range(L)), zmin=0, zmax=1, colorscale="Viridis",
                                colorbar=dict(title=dict(text="weight", side="right")), hoverongaps=False,
                                hovertemplate="query %{y}, key %{x}: %{z:.2f}<extra></extra>"))
-    pairs = [(i - 1, j + offset) for i, j in story.links[relation] if j + offset <= i - 1]
+    pairs = [(i - 1, j + offset) for i, j in story.links.get(relation, []) if j + offset <= i - 1]
     fig.add_scatter(x=[k for _, k in pairs], y=[q for q, _ in pairs], mode="markers", name=f"{relation} links",
                     marker=dict(symbol="square-open", size=12, color=_OKABE_ITO[1], line=dict(width=3)),
                     hoverinfo="skip")
     _token_axes(fig, story.tokens, range(L), range(L), height=620, colorbar_px=70)
-    fig.update_xaxes(tickfont=dict(size=8))
-    fig.update_yaxes(tickfont=dict(size=8))
     fig.update_layout(title=title or f"A head and the {relation} links",
                       plot_bgcolor=_FUTURE, legend=dict(orientation="h", y=1.05, x=0))
     return fig

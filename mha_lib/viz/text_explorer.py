@@ -69,6 +69,7 @@ _MODEL_ID = "mha-lm-model"
 _FIGURE_ID = "mha-lm-figure"
 _WIDTH_PX = 900  # the width the live figure is laid out for (JupyterLab's notebook column)
 _CHAR_PX = 6.6  # width of one character of an 11 px tick label
+_MAX_HINT_ROWS = 3  # unknown tokens offered replacements (a row of buttons each on the page)
 _TICK_PX = 13  # room for one tick label across its axis (a panel shows every label when it can)
 
 
@@ -84,7 +85,8 @@ class _Reading:
         continuation: the greedy continuation's ids.
         continuation_text: what the continuation adds to the text
             (``decode(ids + continuation)`` minus ``decode(ids)``).
-        unknown: ``(token, position of its first use, up to 3 known words to try instead)``.
+        unknown: ``(token, position of its first use, up to 3 known words to try instead)``;
+            only the first ``_MAX_HINT_ROWS`` unknown tokens get words to try.
     """
 
     tokens: list[str]
@@ -182,7 +184,8 @@ def _read(model: lm.StoryLM, tokenizer: Tokenizer, text: str) -> _Reading:
     for i, (token, token_id) in enumerate(zip(tokens, ids)):
         if token_id == tokenizer.unk_id and token not in seen:
             seen.add(token)
-            unknown.append((token, i, _suggestions(tokenizer, token, i, logits)))
+            few = len(unknown) < _MAX_HINT_ROWS  # suggestions for the first few only
+            unknown.append((token, i, _suggestions(tokenizer, token, i, logits) if few else []))
     return _Reading(tokens, ids, truncated, weights[0].double().cpu().numpy(), new,
                     tokenizer.decode(ids + new)[len(head):], unknown)
 
@@ -281,7 +284,7 @@ def _tokens_html(reading: _Reading) -> str:
              + (f" (only the first {_MAX_TOKENS} are read)" if reading.truncated else "") + "</p>"]
     if reading.unknown:
         words = ", ".join(f"“{html.escape(u[0])}”" for u in reading.unknown)
-        tries = "; ".join(f"“{html.escape(u[0])}” → {', '.join(u[2])}" for u in reading.unknown)
+        tries = "; ".join(f"“{html.escape(u[0])}” → {', '.join(u[2])}" for u in reading.unknown if u[2])
         parts.append(f"<p>The model does not know {words}: it reads "
                      f"{'it' if len(reading.unknown) == 1 else 'each'} as &lt;unk&gt;, a token it never "
                      f"saw in training. Try a word it knows: {tries}.</p>")
@@ -387,8 +390,9 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
                        text: str = _DEFAULT_TEXT, *, layer: int = 0) -> str:
     """HTML of the kernel-free explorer for the website: the model runs in the page.
 
-    The fragment holds the controls (``<input id="lm-input">``, example buttons, a layer
-    choice), an empty figure div, and the model as :func:`mha_lib.lm.export` writes it, in a
+    The fragment holds the controls (a form with ``<input id="lm-input">`` and the layer
+    choice, which stays on screen while the reader scrolls through the figure; example
+    buttons), an empty figure div, and the model as :func:`mha_lib.lm.export` writes it, in a
     ``<script type="application/json">`` (nothing is fetched, so the page also works from
     ``file://``). ``_static/mha-lm.js`` (loaded by :mod:`mha_lib.book.sphinx_ext` on the page,
     after plotly.js) runs the forward pass and draws the figure as :func:`explore_text` does.
@@ -423,13 +427,13 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
         f'<label for="{_INPUT_ID}">Type a sentence for the model to read</label>'
         f'<div class="mha-lm-row"><input id="{_INPUT_ID}" type="text" value="{html.escape(text, quote=True)}" '
         'autocomplete="off" autocapitalize="off" spellcheck="false" aria-describedby="lm-tokens lm-hint">'
-        '<button type="button" class="mha-lm-write-on">Write on</button></div></form>'
+        '<button type="button" class="mha-lm-write-on">Write on</button></div>'
+        f'<fieldset class="mha-lm-layers"><legend>Show the heads of</legend>{layers}</fieldset></form>'
         '<p id="lm-tokens" class="mha-lm-tokens"></p>'
         '<div id="lm-hint" class="mha-lm-hint" aria-live="polite"></div>'
         '<p class="mha-lm-continuation" aria-live="polite"></p>'
         '<div class="mha-lm-row" role="group" aria-labelledby="lm-examples-label">'
         f'<span id="lm-examples-label">Examples:</span>{examples}</div>'
-        f'<fieldset class="mha-lm-layers"><legend>Show the heads of</legend>{layers}</fieldset>'
         f'<div id="{_FIGURE_ID}" class="plotly-graph-div mha-figure mha-lm-figure" role="img" '
         'aria-label="Attention weights of the story model"></div>'
         '<details><summary>The words the model knows</summary><p class="mha-lm-known"></p></details>'

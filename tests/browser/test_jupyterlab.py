@@ -37,12 +37,11 @@ def lab_page(browser):  # the session's Chromium (conftest): one Playwright per 
 
 
 def _assert_explorer_shows(page, num_heads: int, valid_lens: list[int]) -> None:
-    state = lab._explorer_state(page)
-    values = {s["label"]: s["value"] for s in state["sliders"]}
-    assert values["heads H"] == str(num_heads)
-    assert [values[f"valid length (example {b})"] for b in range(2)] == [str(v) for v in valid_lens]
+    """Wait until the explorer shows these sliders and H panels per example, then check its weights."""
     B = len(valid_lens)
-    assert state["headNames"] == [f"head {h}" for h in range(num_heads)] * B  # H panels each
+    sliders = {"heads H": str(num_heads), **{f"valid length (example {b})": str(v)
+                                             for b, v in enumerate(valid_lens)}}
+    state = lab._await_explorer(page, sliders, [f"head {h}" for h in range(num_heads)] * B)
     expected = make_source().weights(num_heads, valid_lens).numpy()  # (B, H, Lq, Lk)
     canvas = _Canvas(num_heads, expected.shape[2], expected.shape[3])
     for b, z in enumerate(state["z"]):

@@ -359,6 +359,9 @@ def test_the_chapter_page(open_context, site_url, pages, shipped, screenshot_dir
     page.locator("#mha-lm").scroll_into_view_if_needed()
     page.screenshot(path=str(screenshot_dir / f"lm-chapter-{viewport}.png"))
     page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")  # the theme's switch
-    page.wait_for_timeout(300)
+    page.wait_for_function(  # every themed figure redrawn dark (_static/mha-figures.js), then painted
+        "() => [...document.querySelectorAll('.js-plotly-plot')]"
+        ".every((gd) => !gd.mhaSource || gd.dataset.mhaTheme === 'dark')")
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
     page.screenshot(path=str(screenshot_dir / f"lm-chapter-{viewport}-dark.png"))
     _clean(page)

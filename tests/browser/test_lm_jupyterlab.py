@@ -53,7 +53,7 @@ def test_typing_into_explore_text_redraws_its_heads(lab_page):
     page = lab_page
     lab._run_all(page)
     assert lab._bad_outputs(page) == []
-    page.wait_for_function(f"() => ({_FIGURE_JS})() !== null", timeout=60_000)
+    page.wait_for_function(f"() => ({_FIGURE_JS})() !== null", timeout=lab._PATIENCE_MS)
 
     box = page.locator(".jp-OutputArea .widget-text input[type=text]").first
     box.click()
@@ -62,16 +62,21 @@ def test_typing_into_explore_text_redraws_its_heads(lab_page):
     page.keyboard.type(TYPED)
     model, tokenizer = lm.load_pretrained()
     tokens = tokenizer.tokenize(TYPED)
-    page.wait_for_function(
-        f"""(tokens) => {{
-          const shown = ({_FIGURE_JS})();
-          return shown && shown.traces.length && shown.traces.every(
-            (t) => JSON.stringify(t.x) === JSON.stringify(tokens));
-        }}""", arg=tokens, timeout=120_000)
-    page.wait_for_timeout(500)  # the continuation's HTML comes in the same update
+    expected = _read(model, tokenizer, TYPED)  # which tests/viz checks against the model
+    try:  # every key press redraws in the kernel: a loaded machine takes minutes for the sentence
+        page.wait_for_function(  # the figure's ticks are the typed tokens and the continuation is shown
+            f"""([tokens, said]) => {{
+              const shown = ({_FIGURE_JS})();
+              return shown && shown.traces.length > 0 && shown.traces.every(
+                (t) => JSON.stringify(t.x) === JSON.stringify(tokens))
+                && JSON.stringify(shown.said) === JSON.stringify([said]);
+            }}""", arg=[tokens, expected.continuation_text], timeout=3 * lab._PATIENCE_MS)
+    except Exception as error:  # say what the page shows instead
+        shown = page.evaluate(_FIGURE_JS) or {"traces": [], "said": None}
+        raise AssertionError(f"expected ticks {tokens} and {[expected.continuation_text]}; the page shows "
+                             f"ticks {[t['x'] for t in shown['traces']][:1]} and {shown['said']}") from error
     shown = page.evaluate(_FIGURE_JS)
 
-    expected = _read(model, tokenizer, TYPED)  # which tests/viz checks against the model
     N, H = model.config.num_layers, model.config.num_heads
     assert [t["meta"] for t in shown["traces"]] == [{"layer": n, "head": h} for n in range(N) for h in range(H)]
     future = np.triu(np.ones((len(tokens), len(tokens)), dtype=bool), k=1)

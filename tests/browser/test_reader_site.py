@@ -82,7 +82,7 @@ def test_search_is_on_the_first_screen_and_finds_pages(open_context, site_url, p
         page.locator(f"{SEARCH_CONTROL}:visible").first.tap()
     page.wait_for_function(  # the cursor in a search box the reader can see
         "() => { const el = document.activeElement;"
-        " return el && el.name === 'q' && el.getBoundingClientRect().width > 50; }", timeout=3_000)
+        " return el && el.name === 'q' && el.getBoundingClientRect().width > 50; }", timeout=30_000)
     assert page.evaluate(_TEXT_CLEAR_OF_ICON_JS), f"{path}: the icon covers the typed text"
     page.keyboard.type(QUERY)
     with page.expect_navigation():

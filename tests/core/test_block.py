@@ -124,7 +124,8 @@ def test_from_torch_rejects_mixed_dropout_and_other_modules():
 @pytest.mark.parametrize(
     "args, match",
     [((8, 3, 16, 0.1), "divisible"), ((8, 2, 0, 0.1), "d_ff"), ((8, 2, 16, 1.0), "dropout"),
-     ((8, 2, 16, 0.1, "yes"), "norm_first"), ((0, 2, 16, 0.1), "size")],
+     ((8, 2, 16, 0.1, "yes"), "norm_first"), ((0, 2, 16, 0.1), "d_model must be"),
+     ((8, 0, 16, 0.1), "num_heads must be")],
 )
 def test_constructor_rejects_bad_arguments(args, match):
     with pytest.raises(ValueError, match=match):

@@ -126,6 +126,24 @@ def {name}(mha, num_kv_heads):
             getattr(gqa, name).weight.copy_(heads.mean(0).reshape(num_kv_heads * d, D))
     return gqa
 ''',
+    "check_gpt2_c_attn": '''\
+def {name}(weight, bias):
+    D = weight.shape[0]
+    w_q, w_k, w_v = weight.split(D, dim=1)  # (D, 3D) -> 3 x (D, D)
+    b_q, b_k, b_v = bias.split(D)
+    return w_q, w_k, w_v, b_q, b_k, b_v
+''',
+    "check_llama_qk": '''\
+from mha_lib.positions import rope_permutation
+
+
+def {name}(q_proj_weight, k_proj_weight, num_heads, num_kv_heads):
+    d = q_proj_weight.shape[0] // num_heads
+    g = num_heads // num_kv_heads
+    W_k = k_proj_weight.reshape(num_kv_heads, d, -1).repeat(g, 1, 1).reshape(num_heads * d, -1)
+    back = rope_permutation(d, num_heads).argsort()
+    return q_proj_weight[back], W_k[back]
+''',
 }
 
 _MISTAKE = {
@@ -138,6 +156,8 @@ _MISTAKE = {
     "check_tiled_attention": ("accumulator", "not_rescaled"),
     "check_gqa_from_mha": ("kv_groups", "tiled"),
     "check_rotary": ("pairs", "halves"),
+    "check_gpt2_c_attn": ("conv1d", "not_transposed"),
+    "check_llama_qk": ("kv_repeat", "tiled"),
 }
 
 

@@ -279,9 +279,15 @@ def examples():
     return held_out_set()
 
 
-def test_retraining_from_the_seed_reproduces_the_shipped_weights(tmp_path, examples, capsys, rerun_check):
-    """``python -m mha_lib.digits --out PATH`` gives the shipped checkpoint: bit for bit on the
-    CPU kernels that made it, and a run that follows it and reaches the target elsewhere."""
+def _falls_at(losses: torch.Tensor, window: int = 50, below: float = 0.1) -> int:
+    """The first step whose next ``window`` losses average below ``below``: where the model learns the rule."""
+    return int((losses.unfold(0, window, 1).mean(1) < below).nonzero()[0])
+
+
+def test_retraining_from_the_seed_reaches_what_the_shipped_run_reached(tmp_path, examples, capsys, retraining):
+    """``python -m mha_lib.digits --out PATH`` retrains the shipped model: deterministic on this
+    machine, and on any machine the shipped run's accuracy, the step where its loss falls and
+    its final loss, within bands measured across kernel settings (floats differ across CPUs)."""
     threads = torch.get_num_threads()
     state = torch.random.get_rng_state()
     assert main(["--out", str(tmp_path / "again.pt")]) == 0
@@ -292,15 +298,27 @@ def test_retraining_from_the_seed_reproduces_the_shipped_weights(tmp_path, examp
     shipped = load_checkpoint(PRETRAINED_PATH, kind=KIND)
     assert again["config"] == shipped["config"]
     assert again["state_dict"].keys() == shipped["state_dict"].keys()
-    check = rerun_check(shipped["extra"])
-    steps = min(100, len(shipped["extra"]["train_loss"]))
-    check.losses(again["extra"]["train_loss"][:steps], shipped["extra"]["train_loss"][:steps])  # any kernels
-    check.same(again["extra"]["train_loss"], shipped["extra"]["train_loss"])  # the whole run, same kernels
-    for name, tensor in shipped["state_dict"].items():
-        check.same(again["state_dict"][name], tensor)
-    assert again["extra"]["test_accuracy"] >= TARGET
-    check.same(again["extra"]["test_accuracy"], shipped["extra"]["test_accuracy"])
-    assert accuracy(load_pretrained(tmp_path / "again.pt"), examples) == again["extra"]["test_accuracy"]
+    run, record = again["extra"], shipped["extra"]
+    assert run["train_loss"].shape == record["train_loss"].shape
+    # Deterministic here: the warm-up's learning rates do not depend on the run's length, so a
+    # run of the warm-up alone repeats the first steps, bit for bit.
+    warmup = train(replace(Config(), steps=Config().warmup), progress=False)
+    retraining.deterministic(run["train_loss"], warmup.history["train_loss"])
+    # What the shipped run reached, within bands. Measured on a second AVX512 machine against
+    # the shipped record (made on another AVX512 machine); the first step whose loss differs:
+    #   setting                       differs at  accuracy  loss falls at (332)  last 100 steps
+    #   native                        step 4      1.0       332                  2.6 %
+    #   MKL_CBWR=COMPATIBLE           step 10     1.0       332                  0.23 %
+    #   ATEN_CPU_CAPABILITY=default   step 3      1.0       327                  1.0 %
+    #   ATEN_CPU_CAPABILITY=avx2      step 22     1.0       332                  4.3 %
+    # Bands, with a margin: accuracy 0.01, the fall 30 steps, the last 100 steps' loss 15 %.
+    assert run["test_accuracy"] >= TARGET
+    retraining.near(run["test_accuracy"], record["test_accuracy"], "held-out accuracy", atol=0.01)
+    retraining.near(_falls_at(run["train_loss"]), _falls_at(record["train_loss"]),
+                    "the step where the loss falls", atol=30)
+    retraining.near(run["train_loss"][-100:].mean(), record["train_loss"][-100:].mean(),
+                    "mean loss of the last 100 steps", rtol=0.15)
+    assert accuracy(load_pretrained(tmp_path / "again.pt"), examples) == run["test_accuracy"]
 
 
 def test_shipped_weights_reach_the_target(examples):

@@ -298,19 +298,43 @@ def test_training_is_reproducible():
     assert not torch.equal(c.model.unembedding.weight, a.model.unembedding.weight)
 
 
-def test_retraining_from_the_seed_follows_the_shipped_run(rerun_check):
-    """The shipped weights come from ``train(Config())``: with a constant learning rate, the
-    first 100 steps of that run are the first 100 steps of any longer run (bit for bit on the
-    CPU kernels that made it)."""
+def _phase_change(history: dict) -> int:
+    """The first logged step at which the loss on the repeated half is below 1 (from 3.6)."""
+    return int(history["eval_steps"][int((history["eval_repeated"] < 1.0).nonzero()[0])])
+
+
+def test_retraining_from_the_seed_reaches_what_the_shipped_run_reached(model, tokens, retraining):
+    """``train(Config())`` retrains the shipped model: deterministic on this machine, and on any
+    machine the shipped run's phase change, its final losses and its two heads, within bands
+    measured across kernel settings (floats differ across CPUs)."""
     shipped = load_checkpoint(PRETRAINED_PATH, kind=KIND)
     assert shipped["config"] == asdict(Config())  # the defaults are the shipped run's
-    start = train(Config(steps=100), progress=False).history
-    record = shipped["extra"]
-    check = rerun_check(record)
-    check.losses(start["train_loss"], record["train_loss"][:100])
-    assert torch.equal(start["eval_steps"], record["eval_steps"][:5])  # 0, 25, 50, 75, 100
-    for name in ("eval_repeated", "eval_random"):  # accuracies: one flipped answer is a step
-        check.same(start[name], record[name][:5])
+    result = train(Config(), progress=False)
+    run, record = result.history, shipped["extra"]
+    assert torch.equal(run["eval_steps"], record["eval_steps"])
+    # Deterministic here: at a constant learning rate a shorter run is the start of a longer one.
+    again = train(Config(steps=25), progress=False).history
+    for name in ("train_loss", "eval_repeated", "eval_random"):
+        retraining.deterministic(run[name], again[name])
+    # What the shipped run reached, within bands. Measured on a second AVX512 machine against
+    # the shipped record (made on another AVX512 machine); the runs leave it within 10 steps
+    # but stay close (the same phase change, heads and final losses):
+    #   setting                       differs at  phase change (2250)  final repeated  last 500 steps
+    #   native                        step 7      2250                 6.7e-08         6e-08 (relative)
+    #   MKL_CBWR=COMPATIBLE           step 0      2250                 6.0e-08         0
+    #   ATEN_CPU_CAPABILITY=default   step 4      2250                 1.5e-08         6e-08
+    #   ATEN_CPU_CAPABILITY=avx2      AVX2_INDUCTION
+    # Bands, with a wide margin (another processor may drift further): the phase change 100
+    # steps (4 logs), the final loss on the repeated half 0.02 (of 0.076), the last 500 steps' 0.5 %.
+    retraining.near(_phase_change(run), _phase_change(record), "the phase change's step", atol=100)
+    retraining.near(run["eval_repeated"][-1], record["eval_repeated"][-1], "final loss on the repeated half",
+                    atol=0.02)
+    retraining.near(run["train_loss"][-500:].mean(), record["train_loss"][-500:].mean(),
+                    "mean loss of the last 500 steps", rtol=5e-3)
+    scores = head_scores(result.model, tokens)
+    prev_head, ind_head = _best_heads(scores)
+    assert (prev_head, ind_head) == _best_heads(head_scores(model, tokens))  # the shipped model's heads
+    assert scores.previous_token[0, prev_head] >= THRESHOLD and scores.induction[1, ind_head] >= THRESHOLD
 
 
 @pytest.mark.parametrize("change, match", [

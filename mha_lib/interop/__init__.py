@@ -1,0 +1,34 @@
+"""The attention code readers will meet, converted into the book's layers and back.
+
+Each converter copies weights, never computes: the result gives the same outputs as the source
+module on the same inputs (the tests check every direction on random inputs and shapes).
+
+* PyTorch's ``nn.MultiheadAttention`` (a packed ``in_proj_weight``): :func:`to_torch_mha`,
+  :func:`from_torch_mha`;
+* nanoGPT's ``CausalSelfAttention`` and Hugging Face's ``GPT2Attention`` (one fused
+  ``c_attn`` for queries, keys and values; GPT-2's ``Conv1D`` stores weights transposed):
+  :func:`from_gpt2_attention`, :func:`copy_to_gpt2_attention`, :func:`to_gpt2_attention`;
+* Hugging Face's ``LlamaAttention`` and ``MistralAttention`` (RoPE in the halves convention,
+  grouped-query attention with ``repeat_kv``): :func:`from_llama_attention`,
+  :func:`to_llama_attention`; a whole ``LlamaForCausalLM`` or ``MistralForCausalLM``:
+  :func:`from_hf_llama`.
+
+``transformers`` is imported only by the functions that need it, so the PyTorch converters
+cost nothing more. Nothing is downloaded: models come from a config (random weights) or from
+files on disk (``from_pretrained(path, local_files_only=True)``).
+"""
+
+from mha_lib.interop._gpt2 import copy_to_gpt2_attention, from_gpt2_attention, to_gpt2_attention
+from mha_lib.interop._llama import from_hf_llama, from_llama_attention, to_llama_attention
+from mha_lib.interop._torch import _torch_attn_mask, from_torch_mha, to_torch_mha
+
+__all__ = [
+    "copy_to_gpt2_attention",
+    "from_gpt2_attention",
+    "from_hf_llama",
+    "from_llama_attention",
+    "from_torch_mha",
+    "to_gpt2_attention",
+    "to_llama_attention",
+    "to_torch_mha",
+]

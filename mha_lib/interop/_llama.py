@@ -1,0 +1,183 @@
+"""Hugging Face's Llama and Mistral, both ways: the attention layer, and a whole model.
+
+Three things separate ``LlamaAttention`` from the book's
+:class:`~mha_lib.gqa.GroupedQueryAttention` (``rope=True``), and none changes the numbers:
+
+* **RoPE's pairs.** ``transformers`` rotates feature ``i`` with ``i + d/2`` (``rotate_half``);
+  the book rotates ``2i`` with ``2i+1``. Permuting the rows of ``W_q`` and ``W_k`` head by head
+  with :func:`mha_lib.positions.rope_permutation` converts one into the other (the rows of
+  ``W_v`` and ``W_o`` stay).
+* **Sharing keys and values.** ``repeat_kv`` copies each key/value head ``g = H / Hkv`` times
+  *next to itself* (``repeat_interleave``): query head ``h`` reads key/value head ``h // g``,
+  the book's rule (:func:`mha_lib.gqa.kv_head_of`); the book broadcasts instead of copying.
+* **Names.** ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj`` are ``W_q``, ``W_k``, ``W_v``,
+  ``W_o``, stored the same way, (out, in).
+
+``MistralAttention`` is ``LlamaAttention``; Mistral's sliding window lives in the mask that
+``MistralModel`` builds, so a converted Mistral model refuses sequences longer than its window
+(the book's layers mask with valid lengths, which cannot hide the keys behind a window).
+
+Shape legend
+    D    d_model (hidden_size)
+    H    query heads (num_attention_heads); Hkv key/value heads (num_key_value_heads)
+    d    head size (head_dim), D / H
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from mha_lib._checks import check_positive_int
+from mha_lib.gqa import GroupedQueryAttention
+from mha_lib.llama import LlamaConfig, LlamaLM
+from mha_lib.positions import rope_permutation
+
+__all__ = ["from_hf_llama", "from_llama_attention", "to_llama_attention"]
+
+_BOOK_ROPE_BASE = 10000.0
+"""The base of :func:`mha_lib.positions.rotary` (the book's layers use its default)."""
+
+
+def from_llama_attention(attn: nn.Module) -> GroupedQueryAttention:
+    """A ``GroupedQueryAttention(rope=True)`` holding the weights of a ``LlamaAttention`` or
+    ``MistralAttention``.
+
+    Called on the same inputs with causal valid lengths (positions 0, 1, ...), it computes
+    what ``attn`` computes with the rotary embedding of its config and a causal mask.
+
+    Raises:
+        ValueError: not a Llama or Mistral attention layer, or a config the book's layer does
+            not have: another RoPE (``rope_type`` other than ``"default"``, ``rope_theta`` other
+            than 10000, partial rotation), or a ``head_dim`` other than D / H.
+    """
+    from transformers.models.llama.modeling_llama import LlamaAttention
+    from transformers.models.mistral.modeling_mistral import MistralAttention
+
+    if not isinstance(attn, (LlamaAttention, MistralAttention)):
+        raise ValueError(f"attn must be a LlamaAttention or MistralAttention, got {type(attn).__name__}")
+    D, H, Hkv, d = _check_config(attn.config, "attn.config")
+    bias = attn.q_proj.bias is not None
+    weight = attn.q_proj.weight
+    gqa = GroupedQueryAttention(D, H, Hkv, attn.config.attention_dropout, bias=bias, rope=True)
+    gqa = gqa.to(dtype=weight.dtype, device=weight.device)
+    halves_to_interleaved = {"W_q": rope_permutation(d, H).argsort(),
+                             "W_k": rope_permutation(d, Hkv).argsort()}
+    with torch.no_grad():
+        for ours, theirs in (("W_q", attn.q_proj), ("W_k", attn.k_proj), ("W_v", attn.v_proj),
+                             ("W_o", attn.o_proj)):
+            rows = halves_to_interleaved.get(ours, slice(None))
+            _copy_linear(getattr(gqa, ours), theirs, rows)
+    return gqa.train(attn.training)
+
+
+def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None = None) -> nn.Module:
+    """A ``LlamaAttention`` (or, with ``sliding_window``, a ``MistralAttention``) holding the
+    weights of ``gqa``: the inverse of :func:`from_llama_attention` (eager attention).
+
+    Call it as ``LlamaModel`` does: with ``position_embeddings`` from a
+    ``LlamaRotaryEmbedding`` of the module's ``config`` and an additive causal mask
+    (B, 1, L, L).
+
+    Raises:
+        ValueError: ``gqa`` not a ``GroupedQueryAttention`` with ``rope=True``.
+    """
+    from transformers import LlamaConfig as HFLlamaConfig
+    from transformers import MistralConfig
+    from transformers.models.llama.modeling_llama import LlamaAttention
+    from transformers.models.mistral.modeling_mistral import MistralAttention
+
+    if not isinstance(gqa, GroupedQueryAttention) or not gqa.rope:
+        got = type(gqa).__name__ + (" with rope=False" if isinstance(gqa, GroupedQueryAttention) else "")
+        raise ValueError(f"gqa must be an mha_lib.gqa.GroupedQueryAttention with rope=True, got {got}")
+    H, Hkv, d = gqa.num_heads, gqa.num_kv_heads, gqa.head_size
+    sizes = dict(hidden_size=H * d, num_attention_heads=H, num_key_value_heads=Hkv, head_dim=d,
+                 attention_bias=gqa.W_q.bias is not None, attention_dropout=gqa.attention.dropout.p,
+                 attn_implementation="eager")
+    if sliding_window is None:
+        attn = LlamaAttention(HFLlamaConfig(**sizes), layer_idx=0)
+    else:
+        check_positive_int(sliding_window, "sliding_window")
+        if sizes["attention_bias"]:
+            raise ValueError("gqa has biases, which MistralAttention does not have: pass "
+                             "sliding_window=None for a LlamaAttention (attention_bias=True)")
+        del sizes["attention_bias"]
+        attn = MistralAttention(MistralConfig(sliding_window=sliding_window, **sizes), layer_idx=0)
+    weight = gqa.W_q.weight
+    attn = attn.to(dtype=weight.dtype, device=weight.device)
+    interleaved_to_halves = {"q_proj": rope_permutation(d, H), "k_proj": rope_permutation(d, Hkv)}
+    with torch.no_grad():
+        for theirs, ours in (("q_proj", gqa.W_q), ("k_proj", gqa.W_k), ("v_proj", gqa.W_v),
+                             ("o_proj", gqa.W_o)):
+            _copy_linear(getattr(attn, theirs), ours, interleaved_to_halves.get(theirs, slice(None)))
+    return attn.train(gqa.training)
+
+
+def from_hf_llama(model: nn.Module) -> LlamaLM:
+    """A :class:`mha_lib.llama.LlamaLM` holding the weights of a Hugging Face
+    ``LlamaForCausalLM`` or ``MistralForCausalLM`` (not modified).
+
+    Its logits on token ids (B, L) are the model's logits on the same ids, without padding;
+    a Mistral model refuses more positions than its sliding window.
+
+    Raises:
+        ValueError: another model, or a config the book's layers do not have (see
+            :func:`from_llama_attention`; also an activation other than SiLU).
+    """
+    from transformers import LlamaForCausalLM, MistralForCausalLM
+
+    if not isinstance(model, (LlamaForCausalLM, MistralForCausalLM)):
+        raise ValueError(f"model must be a LlamaForCausalLM or MistralForCausalLM, got {type(model).__name__}")
+    cfg = model.config
+    D, H, Hkv, _ = _check_config(cfg, "model.config")
+    if cfg.hidden_act != "silu":
+        raise ValueError(f"model.config.hidden_act must be 'silu' (SwiGLU), got {cfg.hidden_act!r}")
+    mlp_bias = model.model.layers[0].mlp.gate_proj.bias is not None if cfg.num_hidden_layers else False
+    hf_attention_bias = getattr(cfg, "attention_bias", False)  # (Mistral has none)
+    window = getattr(cfg, "sliding_window", None) if isinstance(model, MistralForCausalLM) else None
+    config = LlamaConfig(vocab_size=cfg.vocab_size, d_model=D, num_heads=H, num_kv_heads=Hkv,
+                         num_layers=cfg.num_hidden_layers, d_ff=cfg.intermediate_size,
+                         eps=cfg.rms_norm_eps,
+                         attention_bias=hf_attention_bias,
+                         mlp_bias=mlp_bias, sliding_window=window)
+    weight = model.lm_head.weight
+    lm = LlamaLM(config).to(dtype=weight.dtype, device=weight.device)
+    hf = model.model
+    with torch.no_grad():
+        lm.token_embedding.weight.copy_(hf.embed_tokens.weight)
+        for block, layer in zip(lm.blocks, hf.layers):
+            block.attention = from_llama_attention(layer.self_attn)
+            block.norm1.weight.copy_(layer.input_layernorm.weight)
+            block.norm2.weight.copy_(layer.post_attention_layernorm.weight)
+            for ours, theirs in (("W_gate", "gate_proj"), ("W_up", "up_proj"), ("W_down", "down_proj")):
+                _copy_linear(getattr(block.feed_forward, ours), getattr(layer.mlp, theirs))
+        lm.norm.weight.copy_(hf.norm.weight)
+        lm.unembedding.weight.copy_(model.lm_head.weight)
+    return lm.train(model.training)
+
+
+def _check_config(cfg: object, name: str) -> tuple[int, int, int, int]:
+    """D, H, Hkv, d of a Llama or Mistral config the book's layers can compute, else raise."""
+    D, H = cfg.hidden_size, cfg.num_attention_heads
+    Hkv = getattr(cfg, "num_key_value_heads", None) or H
+    d = getattr(cfg, "head_dim", None) or D // H
+    if d * H != D:
+        raise ValueError(f"{name}.head_dim must be hidden_size / num_attention_heads = {D // H} "
+                         f"(the book's layers split D into H heads), got {d}")
+    rope = dict(getattr(cfg, "rope_parameters", None) or {})
+    rope_type = rope.get("rope_type", "default")
+    theta = float(rope.get("rope_theta", _BOOK_ROPE_BASE))
+    partial = float(rope.get("partial_rotary_factor", 1.0))
+    if rope_type != "default" or theta != _BOOK_ROPE_BASE or partial != 1.0:
+        raise ValueError(f"{name}.rope_parameters must be the default RoPE with rope_theta = "
+                         f"{_BOOK_ROPE_BASE:g} on every feature (mha_lib.positions.rotary), got {rope}")
+    return D, H, Hkv, d
+
+
+def _copy_linear(target: nn.Linear, source: nn.Linear, rows: Tensor | slice = slice(None)) -> None:
+    """``target.weight = source.weight[rows]`` (and the bias), shapes checked by ``copy_``."""
+    target.weight.copy_(source.weight[rows])
+    if (target.bias is None) != (source.bias is None):
+        raise ValueError("both layers must have a bias, or neither")
+    if target.bias is not None:
+        target.bias.copy_(source.bias[rows])

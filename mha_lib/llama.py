@@ -1,0 +1,175 @@
+"""The Llama family in the book's layers: RMSNorm, SwiGLU, and a decoder-only model around them.
+
+Llama, Mistral, Qwen2 and most language models of today differ from the blocks of chapter 4 in
+three places, and each is a few lines:
+
+* :class:`RMSNorm` instead of LayerNorm: divide by the root mean square of the features (no
+  mean subtracted, no bias), then scale by a learned weight;
+* :class:`SwiGLU` instead of the ReLU feed-forward net: ``W_down (silu(W_gate x) * W_up x)``,
+  a gated unit (Shazeer, 2020, "GLU Variants Improve Transformer");
+* the attention is :class:`mha_lib.gqa.GroupedQueryAttention` with rotary positions.
+
+:class:`LlamaLM` is the whole model: embedding, N pre-norm blocks, RMSNorm, output layer.
+:func:`mha_lib.interop.from_hf_llama` fills one with the weights of a Hugging Face
+``LlamaForCausalLM`` (or ``MistralForCausalLM``), and both give the same logits.
+
+Shape legend
+    B   batch size
+    L   sequence length
+    H   query heads; Hkv key/value heads
+    D   d_model
+    F   the hidden width of the feed-forward net
+    V   vocabulary size
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mha_lib._checks import as_tensor, check_bool, check_positive_int, check_tensor
+from mha_lib.gqa import GroupedQueryAttention
+from mha_lib.masking import causal_valid_lens
+
+__all__ = ["LlamaConfig", "LlamaLM", "RMSNorm", "SwiGLU"]
+
+
+class RMSNorm(nn.Module):
+    """``x / sqrt(mean(x**2) + eps) * weight`` over the last axis (computed in float32 at least).
+
+    Shapes:
+        x: (..., D); returns: the same shape and dtype.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = _check_eps(eps)
+        self.weight = nn.Parameter(torch.ones(check_positive_int(d_model, "d_model")))
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_tensor(x, "x", tuple(range(1, 9)))
+        if x.shape[-1] != self.weight.shape[0]:
+            raise ValueError(f"x must have feature size {self.weight.shape[0]}, got shape {tuple(x.shape)}")
+        x32 = x.float() if x.element_size() < 4 else x
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., D)
+        return self.weight * normed.to(x.dtype)
+
+
+class SwiGLU(nn.Module):
+    """The gated feed-forward net of Llama: ``W_down(silu(W_gate x) * W_up x)``.
+
+    Shapes:
+        x: (..., D); returns: (..., D)
+
+    Args:
+        d_model: D.
+        d_ff: F, the hidden width.
+        bias: whether the three projections have a bias.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False) -> None:
+        super().__init__()
+        D, Fw = check_positive_int(d_model, "d_model"), check_positive_int(d_ff, "d_ff")
+        check_bool(bias, "bias")
+        self.W_gate = nn.Linear(D, Fw, bias=bias)
+        self.W_up = nn.Linear(D, Fw, bias=bias)
+        self.W_down = nn.Linear(Fw, D, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_tensor(x, "x", tuple(range(1, 9)))
+        if x.shape[-1] != self.W_gate.in_features:
+            raise ValueError(f"x must have feature size {self.W_gate.in_features}, got shape {tuple(x.shape)}")
+        return self.W_down(F.silu(self.W_gate(x)) * self.W_up(x))  # (..., F) -> (..., D)
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """The sizes of a :class:`LlamaLM` (the names of Hugging Face's ``LlamaConfig`` in brackets)."""
+
+    vocab_size: int  # V (vocab_size)
+    d_model: int  # D (hidden_size)
+    num_heads: int  # H (num_attention_heads)
+    num_kv_heads: int  # Hkv (num_key_value_heads)
+    num_layers: int  # N (num_hidden_layers)
+    d_ff: int  # F (intermediate_size)
+    eps: float = 1e-6  # of every RMSNorm (rms_norm_eps)
+    attention_bias: bool = False  # (attention_bias)
+    mlp_bias: bool = False  # (mlp_bias)
+    sliding_window: int | None = None  # Mistral: a query sees at most this many keys
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "num_heads", "num_kv_heads", "num_layers", "d_ff"):
+            check_positive_int(getattr(self, name), f"config.{name}")
+        _check_eps(self.eps, "config.eps")
+        check_bool(self.attention_bias, "config.attention_bias")
+        check_bool(self.mlp_bias, "config.mlp_bias")
+        if self.sliding_window is not None:
+            check_positive_int(self.sliding_window, "config.sliding_window")
+
+
+class _LlamaBlock(nn.Module):
+    """``x + attention(RMSNorm(x))``, then ``x + SwiGLU(RMSNorm(x))`` (pre-norm, causal)."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        D = config.d_model
+        self.norm1 = RMSNorm(D, config.eps)
+        self.attention = GroupedQueryAttention(D, config.num_heads, config.num_kv_heads, 0.0,
+                                               bias=config.attention_bias, rope=True)
+        self.norm2 = RMSNorm(D, config.eps)
+        self.feed_forward = SwiGLU(D, config.d_ff, bias=config.mlp_bias)
+
+    def forward(self, x: Tensor, valid_lens: Tensor) -> Tensor:
+        h = self.norm1(x)
+        x = x + self.attention(h, h, h, valid_lens)
+        return x + self.feed_forward(self.norm2(x))
+
+
+class LlamaLM(nn.Module):
+    """A decoder-only language model of the Llama family, made of the book's layers.
+
+    Shapes:
+        ids: (B, L) integers in [0, V)
+        returns: logits (B, L, V)
+
+    Args:
+        config: the sizes (:class:`LlamaConfig`).
+    """
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        if not isinstance(config, LlamaConfig):
+            raise ValueError(f"config must be an mha_lib.llama.LlamaConfig, got {type(config).__name__}")
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(_LlamaBlock(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.d_model, config.eps)
+        self.unembedding = nn.Linear(config.d_model, config.vocab_size, bias=False)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """Next-token scores at every position (causal self-attention, positions from 0)."""
+        ids = as_tensor(ids, "ids", "a (B, L) tensor of token ids")
+        V, window = self.config.vocab_size, self.config.sliding_window
+        if ids.dim() != 2 or ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+            raise ValueError(f"ids must be a (B, L) integer tensor, got {ids.dtype} {tuple(ids.shape)}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= V):
+            raise ValueError(f"ids must lie in [0, {V}), got values in [{int(ids.min())}, {int(ids.max())}]")
+        if window is not None and ids.shape[1] > window:
+            raise ValueError(
+                f"ids has {ids.shape[1]} positions, more than the sliding window ({window}): the "
+                "book's layers mask with valid lengths, which cannot hide the keys behind a window")
+        B, L = ids.shape
+        causal = causal_valid_lens(B, L).to(ids.device)  # (B, L): query i sees keys 0 .. i
+        x = self.token_embedding(ids)  # (B, L) -> (B, L, D)
+        for block in self.blocks:
+            x = block(x, causal)
+        return self.unembedding(self.norm(x))  # (B, L, D) -> (B, L, V)
+
+
+def _check_eps(eps: object, name: str = "eps") -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        raise ValueError(f"{name} must be a number in (0, 1), got {eps!r}")
+    return float(eps)

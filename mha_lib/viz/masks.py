@@ -1,0 +1,170 @@
+"""The mask lab's pictures: a mask's matrix, a head's weights under it, the tiles tiled attention
+computes; live with ipywidgets, and kernel-free on the website (precomputed states, plotly
+buttons).
+
+Shape legend
+    L   sequence length (self-attention: Lq = Lk = L)
+    b   block size of tiled attention
+
+Keys on x, queries on y, colour-blind-safe scale (cividis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from mha_lib._checks import check_positive_int
+from mha_lib.flash import tiled_attention
+from mha_lib.masks import Mask, causal, chunked, document, padding, prefix_lm, sinks, sliding_window
+from mha_lib.multihead import MultiHeadAttention
+
+__all__ = ["PRESETS", "compose", "mask_lab", "mask_lab_figure", "static_mask_lab"]
+
+_TITLES = ("mask", "weights", "tiles")
+_TILE_TEXT = {0: "skipped", 1: "with the mask", 2: "no mask needed"}
+
+
+def compose(*, causal_: bool = True, window: int = 0, num_sinks: int = 0, prefix: int = 0,
+            chunk: int = 0, documents: int = 1, valid_len: int = 0, left: bool = False,
+            L: int = 12) -> Mask:
+    """The mask the lab's controls describe (0 switches a kind off), for one example of L positions.
+
+    ``valid_len`` > 0 pads the sequence to L: on the right (``padding``), or on the left
+    (``left``: the padding is a document of its own, so real tokens never see it).
+    """
+    L = check_positive_int(L, "L")
+    rule = causal() if causal_ else None
+    local = None
+    if window:
+        local = sliding_window(window)
+    if chunk:
+        local = chunked(chunk) if local is None else local & chunked(chunk)
+    if local is not None and num_sinks:
+        local = local | sinks(num_sinks)
+    if local is not None:
+        rule = local if rule is None else rule & local
+    if prefix:  # the prefix sees itself both ways, the rest is causal (and local, if chosen)
+        rule = prefix_lm(prefix) if local is None else prefix_lm(prefix) & local
+    ids = torch.arange(L) * documents // L  # (L,): documents of equal length, packed
+    if 0 < valid_len < L and left:
+        ids = torch.where(torch.arange(L) < L - valid_len, -1, ids)  # the padding: document -1
+    if documents > 1 or (0 < valid_len < L and left):
+        rule = document(ids[None]) if rule is None else rule & document(ids[None])
+    if 0 < valid_len < L and not left:
+        rule = padding([valid_len]) if rule is None else rule & padding([valid_len])
+    return rule if rule is not None else padding([L])  # nothing hidden
+
+
+def _panels(mask: Mask, L: int, block_size: int, seed: int = 0):
+    """The three matrices of the lab: keep (L, L), weights of head 0 (L, L), tile states."""
+    keep = mask.dense(1, L, L)[0]  # (L, L)
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(8, 8, 8, 8, 2, 0.0).eval()
+    x = torch.randn(1, L, 8)
+    with torch.no_grad():
+        _, weights = mha(x, x, x, mask=mask, need_weights=True)  # (1, H, L, L)
+        _, tiles = tiled_attention(x, x, x, mask=mask, block_size=block_size, return_tiles=True)
+    return keep.float(), weights[0, 0], tiles
+
+
+def _traces(mask: Mask, L: int, block_size: int) -> list[go.Heatmap]:
+    keep, weights, tiles = _panels(mask, L, block_size)
+    states = tiles.states.float()  # (nQ, nK)
+    text = [[_TILE_TEXT[int(s)] for s in row] for row in tiles.states.tolist()]
+    ticks = list(range(L))
+    return [
+        go.Heatmap(z=keep.tolist(), x=ticks, y=ticks, colorscale="cividis", zmin=0, zmax=1,
+                   showscale=False, hovertemplate="query %{y}, key %{x}: %{z}<extra></extra>"),
+        go.Heatmap(z=weights.tolist(), x=ticks, y=ticks, colorscale="cividis", zmin=0, zmax=1,
+                   showscale=False, hovertemplate="query %{y}, key %{x}: %{z:.2f}<extra></extra>"),
+        go.Heatmap(z=states.tolist(), text=text, colorscale="cividis", zmin=0, zmax=2,
+                   showscale=False, hovertemplate="tile (%{y}, %{x}): %{text}<extra></extra>"),
+    ]
+
+
+def _frame(L: int) -> go.Figure:
+    fig = make_subplots(rows=1, cols=3, subplot_titles=_TITLES, horizontal_spacing=0.06)
+    for col in (1, 2, 3):
+        fig.update_xaxes(title_text="keys" if col < 3 else "key blocks", row=1, col=col,
+                         constrain="domain")
+        fig.update_yaxes(title_text="queries" if col < 3 else "query blocks", autorange="reversed",
+                         row=1, col=col, scaleanchor=f"x{col if col > 1 else ''}")
+    fig.update_layout(height=330, margin=dict(l=40, r=10, t=60, b=40), autosize=True,
+                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)")
+    return fig
+
+
+def mask_lab_figure(mask: Mask, L: int = 12, *, block_size: int = 4) -> go.Figure:
+    """One mask seen three ways: its matrix, head 0's weights under it, and the tiles of
+    ``block_size`` x ``block_size`` that tiled attention skips, masks or computes without a mask."""
+    fig = _frame(check_positive_int(L, "L"))
+    for col, trace in enumerate(_traces(mask, L, check_positive_int(block_size, "block_size")), 1):
+        fig.add_trace(trace, row=1, col=col)
+    fig.update_layout(title_text=repr(mask) if len(repr(mask)) < 80 else None)
+    return fig
+
+
+#: The lab's presets: a name and the controls of :func:`compose`.
+PRESETS: dict[str, dict] = {
+    "causal": dict(),
+    "sliding window 4": dict(window=4),
+    "StreamingLLM: window 4 + 2 sinks": dict(window=4, num_sinks=2),
+    "chunked, chunks of 4 (Llama 4)": dict(chunk=4),
+    "prefix-LM, prefix 5": dict(prefix=5),
+    "3 packed documents": dict(documents=3),
+    "right padding, 8 real tokens": dict(valid_len=8),
+    "left padding, 8 real tokens": dict(valid_len=8, left=True),
+    "no mask (an encoder)": dict(causal_=False),
+}
+
+
+def static_mask_lab(presets: Sequence[str] | None = None, *, L: int = 12, block_size: int = 4) -> go.Figure:
+    """The lab without a kernel: every preset precomputed, one button each (plotly updatemenus)."""
+    names = list(presets or PRESETS)
+    for name in names:
+        if name not in PRESETS:
+            raise ValueError(f"presets must be names of PRESETS {list(PRESETS)}, got {name!r}")
+    fig = _frame(check_positive_int(L, "L"))
+    states = [_traces(compose(L=L, **PRESETS[n]), L, check_positive_int(block_size, "block_size"))
+              for n in names]
+    for col, trace in enumerate(states[0], 1):
+        fig.add_trace(trace, row=1, col=col)
+    buttons = [dict(label=n, method="restyle",
+                    args=[{"z": [t.z for t in traces], "text": [traces[2].text] * 3}])
+               for n, traces in zip(names, states)]
+    fig.update_layout(updatemenus=[dict(buttons=buttons, direction="down", x=0, xanchor="left",
+                                        y=1.32, yanchor="top", showactive=True)],
+                      margin=dict(t=110))
+    return fig
+
+
+def mask_lab(L: int = 12, block_size: int = 4):
+    """The live lab (ipywidgets): compose a mask with the controls, see the three panels."""
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    L = check_positive_int(L, "L")
+    controls = dict(
+        causal_=widgets.Checkbox(value=True, description="causal"),
+        window=widgets.IntSlider(value=0, min=0, max=L, description="window"),
+        num_sinks=widgets.IntSlider(value=0, min=0, max=4, description="sinks"),
+        chunk=widgets.IntSlider(value=0, min=0, max=L, description="chunk"),
+        prefix=widgets.IntSlider(value=0, min=0, max=L, description="prefix"),
+        documents=widgets.IntSlider(value=1, min=1, max=4, description="documents"),
+        valid_len=widgets.IntSlider(value=0, min=0, max=L, description="real tokens"),
+        left=widgets.Checkbox(value=False, description="left padding"),
+    )
+    out = widgets.Output()
+
+    def redraw(**values):
+        with out:
+            out.clear_output(wait=True)
+            display(mask_lab_figure(compose(L=L, **values), L, block_size=block_size))
+
+    widgets.interactive_output(redraw, controls)
+    return widgets.VBox([widgets.HBox(list(controls.values())[:4]),
+                         widgets.HBox(list(controls.values())[4:]), out])

@@ -1,0 +1,85 @@
+"""Hugging Face's LlamaAttention and MistralAttention, both ways: RoPE's halves, repeat_kv."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from mha_lib import causal_valid_lens
+from mha_lib.gqa import GroupedQueryAttention
+from mha_lib.interop import from_llama_attention, to_llama_attention
+
+
+@st.composite
+def sizes(draw):
+    Hkv, g, half = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return dict(B=draw(st.integers(1, 2)), L=draw(st.integers(1, 7)), H=Hkv * g, Hkv=Hkv,
+                d=2 * half, bias=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
+
+
+def _padded_causal(B, L, data):
+    """Causal valid lengths, each example also cut at a length of its own (right padding)."""
+    ends = torch.tensor(data.draw(st.lists(st.integers(1, L), min_size=B, max_size=B)))
+    return torch.minimum(causal_valid_lens(B, L), ends[:, None])  # (B, L)
+
+
+@settings(max_examples=30, deadline=None)
+@given(c=sizes(), window=st.none() | st.integers(8, 20), data=st.data())
+def test_book_to_hf_and_back(c, window, data, additive_mask, rope_of):
+    torch.manual_seed(c["seed"])
+    B, L, H, Hkv, d = c["B"], c["L"], c["H"], c["Hkv"], c["d"]
+    bias = c["bias"] and window is None  # MistralAttention has no biases
+    gqa = GroupedQueryAttention(H * d, H, Hkv, 0.0, bias=bias, rope=True).eval()
+    hf = to_llama_attention(gqa, sliding_window=window).eval()
+    assert type(hf).__name__ == ("LlamaAttention" if window is None else "MistralAttention")
+    x = torch.randn(B, L, H * d)
+    lens = _padded_causal(B, L, data)
+    with torch.no_grad():
+        theirs, _ = hf(x, position_embeddings=rope_of(hf.config, L, x.dtype),
+                       attention_mask=additive_mask(lens, L, L, x.dtype))
+        ours = gqa(x, x, x, lens)
+        back = from_llama_attention(hf)(x, x, x, lens)
+    torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(back, ours, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_from_a_model_built_from_config(family, additive_mask, rope_of):
+    import transformers
+
+    Config = transformers.LlamaConfig if family == "llama" else transformers.MistralConfig
+    Model = transformers.LlamaForCausalLM if family == "llama" else transformers.MistralForCausalLM
+    torch.manual_seed(0)
+    config = Config(hidden_size=48, num_attention_heads=6, num_key_value_heads=2,
+                    num_hidden_layers=1, intermediate_size=64, vocab_size=40,
+                    attn_implementation="eager")
+    attn = Model(config).eval().model.layers[0].self_attn
+    ours = from_llama_attention(attn)
+    x = torch.randn(2, 9, 48)
+    lens = causal_valid_lens(2, 9)
+    with torch.no_grad():
+        theirs, _ = attn(x, position_embeddings=rope_of(config, 9, x.dtype),
+                         attention_mask=additive_mask(lens, 9, 9, x.dtype))
+        torch.testing.assert_close(ours(x, x, x, lens), theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_input():
+    import transformers
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    with pytest.raises(ValueError, match="attn"):
+        from_llama_attention(nn.Linear(2, 2))
+    scaled = transformers.LlamaConfig(hidden_size=16, num_attention_heads=2, num_key_value_heads=1,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    with pytest.raises(ValueError, match="rope_parameters"):
+        from_llama_attention(LlamaAttention(scaled, 0))
+    wide = transformers.LlamaConfig(hidden_size=16, num_attention_heads=2, head_dim=4)
+    with pytest.raises(ValueError, match="head_dim"):
+        from_llama_attention(LlamaAttention(wide, 0))
+    with pytest.raises(ValueError, match="gqa"):
+        to_llama_attention(GroupedQueryAttention(8, 2, 1, 0.0))  # rope=False
+    with pytest.raises(ValueError, match="sliding_window"):
+        to_llama_attention(GroupedQueryAttention(8, 2, 1, 0.0, rope=True), sliding_window=0)
+    with pytest.raises(ValueError, match="biases"):
+        to_llama_attention(GroupedQueryAttention(8, 2, 1, 0.0, bias=True, rope=True), sliding_window=4)
