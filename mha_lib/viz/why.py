@@ -30,7 +30,7 @@ _COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#
 _DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 _MARGIN = dict(l=60, r=20, t=60, b=60)
 _LABELS = {"accuracy": "held-out accuracy", "final_loss": "loss, last 10% of steps (nats)",
-           "repeat_loss": "loss on the repeated half (nats)", "accuracy_1x": "accuracy at L = 16",
+           "learned_at": "step at which it is learned", "accuracy_1x": "accuracy at L = 16",
            "accuracy_2x": "accuracy at L = 32", "mean_loss": "mean loss over the run (nats)"}
 
 
@@ -96,7 +96,7 @@ def split_weights_figure(seed: int | str = 0, results: dict | None = None) -> go
     """The single head's weights on one example beside the two heads of H = 2 (heads experiment).
 
     Keys on x, queries on y; a slider switches the seed. The task needs key i-1 and the last
-    key for every query i: one head blends them, a pair of heads looks up one each.
+    key for every query i: one head blends them; of a pair of heads, each leans to one.
     """
     runs, seeds = _experiment_runs("heads", results)
     if str(seed) not in seeds:
@@ -118,7 +118,7 @@ def split_weights_figure(seed: int | str = 0, results: dict | None = None) -> go
     fig.update_layout(height=400, margin=dict(l=70, r=10, t=50, b=60))
     return _describe(fig, "Attention weights on one held-out example, keys on x and queries on y: "
                           "the single head spreads its weight over the previous and the last digit; "
-                          "of two heads, each looks up one of them.")
+                          "of two heads, each leans to one of them.")
 
 
 def curves_figure(name: str, results: dict | None = None, *, log_y: bool = False) -> go.Figure:
@@ -186,20 +186,23 @@ def positions_figure(results: dict | None = None) -> go.Figure:
 
 
 def kv_figure(results: dict | None = None) -> go.Figure:
-    """Loss on the repeated half against the KV cache's bytes per token: a dot per seed."""
+    """The step at which each variant learns the task against the KV cache's bytes per token:
+    a marker per seed."""
     runs, seeds = _experiment_runs("kv_heads", results)
     variants = EXPERIMENTS["kv_heads"].variants
     fig = go.Figure()
     for i, variant in enumerate(variants):
-        losses = _metric(runs, seeds, variant, "repeat_loss")
+        steps = _metric(runs, seeds, variant, "learned_at")
         size = runs[seeds[0]][variant]["metrics"]["cache_bytes"]
-        fig.add_scatter(x=[size] * len(seeds), y=losses, mode="markers", name=variant,
+        fig.add_scatter(x=[size] * len(seeds), y=steps, mode="markers", name=variant,
                         marker=dict(color=_COLOURS[i], size=10, symbol=("circle", "diamond", "square")[i % 3]),
                         text=[f"seed {s}" for s in seeds],
-                        hovertemplate=f"{variant}, " + "%{text}: %{x} bytes, loss %{y:.3f}<extra></extra>")
+                        hovertemplate=f"{variant}, " + "%{text}: %{x} bytes, learned at step %{y}<extra></extra>")
     fig.update_layout(title="What sharing keys and values costs", height=380, margin=_MARGIN,
-                      xaxis=dict(title="KV cache per token (bytes, float32)", type="log",
-                                 tickvals=[128, 256, 512]),
-                      yaxis_title=_LABELS["repeat_loss"], legend=dict(orientation="h", y=-0.3))
-    return _describe(fig, "Loss on the predictable half of repeated sequences against the bytes "
-                          "the KV cache holds per token, for 4, 2 and 1 key/value heads; a marker per seed.")
+                      xaxis=dict(title="KV cache per token and layer (bytes, float32)", type="log",
+                                 tickvals=[64, 128, 256]),
+                      yaxis=dict(title=_LABELS["learned_at"], rangemode="tozero"),
+                      legend=dict(orientation="h", y=-0.3))
+    return _describe(fig, "The training step at which the model learns the task (loss below 0.1) "
+                          "against the bytes the KV cache holds per token, for 4, 2 and 1 "
+                          "key/value heads; a marker per seed.")

@@ -1,4 +1,5 @@
-"""The experiments on chapter 7's previous-plus-last task: several heads, ``W_o``, the scale.
+"""The experiments on chapter 7's previous-plus-last task: several heads, ``W_o``, the scale,
+and how many key/value heads.
 
 The task (:mod:`mha_lib.digits`) needs two lookups at every position at once: the previous
 digit (a fixed offset) and the last digit (which moves with the valid length). One head has
@@ -7,10 +8,11 @@ one set of weights per query; several heads can look at both keys at once.
 * :func:`heads_trial`   H = 1, 2, 4, 8 at D = 32 (same parameters for every H)
 * :func:`output_trial`  H = 4 with ``W_o`` learned, or fixed at the identity
 * :func:`scale_trial`   d = 128 with and without the 1/sqrt(d) of the scores
+* :func:`kv_heads_trial` H = 4 query heads with 4, 2 or 1 key/value heads (MHA, GQA, MQA)
 
 Shape legend
     B   batch size
-    H   heads
+    H   heads, Hkv key/value heads
     L   padded sequence length
     d   head size, D / H
     D   model width
@@ -24,11 +26,13 @@ import math
 import torch
 from torch import Tensor
 
+from mha_lib.decoding import kv_cache_bytes
 from mha_lib.digits import Config, DigitAttentionModel, accuracy, held_out_set, make_batch
+from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.importance import attention_entropy
 from mha_lib.why._common import Outcome, cross_entropy, fit, parameter_count, seeded, summarise_curve
 
-__all__ = ["heads_trial", "lookup_weights", "output_trial", "scale_trial", "softmax_gradient"]
+__all__ = ["heads_trial", "kv_heads_trial", "lookup_weights", "output_trial", "scale_trial", "softmax_gradient"]
 
 _HEADS = (1, 2, 4, 8)
 """The head counts of the heads experiment (D = 32, so d = 32, 16, 8, 4)."""
@@ -168,4 +172,35 @@ def scale_trial(seed: int, steps: int) -> dict[str, Outcome]:
                    "final_loss": float(losses[-max(1, len(losses) // 10):].mean()),
                    "accuracy": accuracy(model, held_out_set()), "cpu_seconds": history["cpu_seconds"]}
         out[name] = Outcome(metrics, summarise_curve(losses))
+    return out
+
+
+_KV_CHOICES = (4, 2, 1)
+"""Hkv of multi-head (MHA), grouped-query (GQA) and multi-query attention (MQA), with H = 4."""
+_LEARNED = 0.1
+"""A training loss below this (nats; chance is ln 10 = 2.30) counts as the task learned."""
+
+
+def kv_heads_trial(seed: int, steps: int) -> dict[str, Outcome]:
+    """H = 4 query heads at D = 32 (d = 8) with Hkv = 4, 2, 1 key/value heads, from ``seed``.
+
+    The model of the heads experiment with its attention swapped for grouped-query attention
+    (``W_k`` and ``W_v`` shrink to D x Hkv*d). ``learned_at``: the first step whose training loss
+    is below 0.1 (``steps`` + 1 if none is); ``cache_bytes``: what the KV cache holds per token
+    (float32, keys and values).
+    """
+    out = {}
+    for Hkv in _KV_CHOICES:
+        def build() -> DigitAttentionModel:
+            model = DigitAttentionModel(Config(num_heads=4))
+            model.attention = GroupedQueryAttention(32, 4, Hkv, dropout=0.0)
+            return model
+
+        model = seeded(seed, build)
+        history = _train(model, seed, steps)
+        below = (history["train_loss"] < _LEARNED).nonzero()
+        outcome = _digit_outcome(model, history)
+        outcome.metrics["learned_at"] = float(below[0, 0] + 1 if len(below) else steps + 1)
+        outcome.metrics["cache_bytes"] = float(kv_cache_bytes(1, B=1, num_kv_heads=Hkv, head_size=8))
+        out[{4: "MHA (Hkv=4)", 2: "GQA (Hkv=2)", 1: "MQA (Hkv=1)"}[Hkv]] = outcome
     return out

@@ -1,17 +1,15 @@
 """The experiments on small decoders (:class:`~mha_lib.why._common.SequenceModel`): positions,
-pre-LN or post-LN, and how many key/value heads.
+and pre-LN or post-LN.
 
 * :func:`positions_trial`  the *two back* task (predict the token two places back) needs
   relative position; trained at L = 16, measured at 16 and at 32 (twice the training length)
 * :func:`norm_trial`       six pre-LN or post-LN blocks, with and without warm-up, on the
   same task at a high learning rate
-* :func:`kv_heads_trial`   H = 4 query heads with 4, 2 or 1 key/value heads on repeated random
-  tokens (chapter 8's induction task): the loss against the KV cache's bytes
 
 Shape legend
     B   batch size
     L   sequence length
-    H   query heads, Hkv key/value heads
+    H   heads
     d   head size
     D   model width
 """
@@ -24,7 +22,6 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor
 
-from mha_lib.induction import make_repeated_batch
 from mha_lib.why._common import (
     POSITIONS,
     Outcome,
@@ -36,7 +33,7 @@ from mha_lib.why._common import (
     summarise_curve,
 )
 
-__all__ = ["kv_cache_bytes", "kv_heads_trial", "norm_trial", "positions_trial", "two_back_batch"]
+__all__ = ["norm_trial", "positions_trial", "two_back_batch"]
 
 _V, _D, _H = 16, 32, 2
 _TRAIN_LEN = 16
@@ -114,46 +111,4 @@ def norm_trial(seed: int, steps: int) -> dict[str, Outcome]:
                        "final_loss": float(losses[-max(1, len(losses) // 10):].mean()),
                        "mean_loss": float(losses.mean()), "cpu_seconds": history["cpu_seconds"]}
             out[name] = Outcome(metrics, summarise_curve(losses))
-    return out
-
-
-_KV_V, _KV_HEADS, _KV_LAYERS, _KV_HALF = 32, 4, 2, 12
-_KV_CHOICES = (4, 2, 1)
-"""Hkv of multi-head (MHA), grouped-query (GQA) and multi-query attention (MQA), with H = 4."""
-
-
-def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_size: int, bytes_per_number: int = 4) -> int:
-    """Bytes a KV cache holds per token: keys and values of every layer's Hkv heads of size d."""
-    return 2 * num_layers * num_kv_heads * head_size * bytes_per_number
-
-
-def _repeated(generator: torch.Generator, half: int | None = None) -> tuple[Tensor, Tensor]:
-    """Chapter 8's task: distinct random tokens, repeated; predict every next token. The half
-    length is drawn for each batch (6 .. 12), so that no fixed offset finds the copy."""
-    if half is None:
-        half = int(torch.randint(6, _KV_HALF + 1, (), generator=generator))
-    tokens = make_repeated_batch(32, half, _KV_V, generator)  # (B, 2*half)
-    return tokens[:, :-1], tokens[:, 1:]  # inputs and next tokens, (B, 2*half - 1) each
-
-
-def kv_heads_trial(seed: int, steps: int) -> dict[str, Outcome]:
-    """Two rotary blocks (D = 32, H = 4, d = 8) with Hkv = 4, 2, 1: ``repeat_loss`` is the loss on
-    the predictable (repeated) half of held-out sequences, ``cache_bytes`` per token in float32.
-    Fewer key/value heads also mean fewer parameters (W_k and W_v shrink to D x Hkv*d)."""
-    held_out = _repeated(torch.Generator().manual_seed(_TEST_SEED), _KV_HALF)
-    out = {}
-    for Hkv in _KV_CHOICES:
-        name = {4: "MHA (Hkv=4)", 2: "GQA (Hkv=2)", 1: "MQA (Hkv=1)"}[Hkv]
-        model = seeded(seed, lambda: SequenceModel(_KV_V, _D, _KV_HEADS, _KV_LAYERS, 2 * _KV_HALF,
-                                                   "rotary", num_kv_heads=Hkv))
-        history = fit(model, _loss, _batches(seed, _repeated), steps=steps, lr=3e-3,
-                      warmup=min(50, steps))
-        with torch.no_grad():
-            tokens, targets = held_out
-            logits = model(tokens)[:, _KV_HALF:]  # the predictable next tokens: the repeat's 2nd on
-            repeat_loss = float(cross_entropy(logits, targets[:, _KV_HALF:]))
-        metrics = {"params": float(parameter_count(model)), "repeat_loss": repeat_loss,
-                   "cache_bytes": float(kv_cache_bytes(_KV_LAYERS, Hkv, _D // _KV_HEADS)),
-                   "cpu_seconds": history["cpu_seconds"]}
-        out[name] = Outcome(metrics, summarise_curve(history["train_loss"]))
     return out

@@ -46,7 +46,7 @@ def test_a_seed_gives_the_same_numbers_twice():
         first[variant].pop("cpu_seconds"), second[variant].pop("cpu_seconds")
     assert first == second
     third = run("kv_heads", 4, steps=5)
-    assert third["MHA (Hkv=4)"]["repeat_loss"] != first["MHA (Hkv=4)"]["repeat_loss"]
+    assert third["MHA (Hkv=4)"]["previous_weight"] != first["MHA (Hkv=4)"]["previous_weight"]
 
 
 @pytest.mark.parametrize("kwargs, word", [
@@ -103,10 +103,11 @@ def test_shipped_heads():
         one = runs["H=1"]
         assert all(runs[f"H={H}"]["params"] == one["params"] for H in (2, 4, 8))
         assert all(runs[f"H={H}"]["accuracy"] > one["accuracy"] + 0.1 for H in (2, 4))
-        assert one["accuracy"] < 0.9 and runs["H=2"]["accuracy"] > 0.97
-        # one head splits its weight; of two heads, one finds each key
-        assert one["previous_weight"] < 0.8 and one["last_weight"] < 0.8
-        assert runs["H=2"]["previous_weight"] > 0.9 and runs["H=2"]["last_weight"] > 0.9
+        assert one["accuracy"] < 0.8 and runs["H=4"]["accuracy"] > 0.97
+        # one head splits its weight; of two heads each leans to one key; of four, one finds each
+        assert one["previous_weight"] < 0.7 and one["last_weight"] < 0.3
+        assert min(runs["H=2"]["previous_weight"], runs["H=2"]["last_weight"]) > 0.65
+        assert min(runs["H=4"]["previous_weight"], runs["H=4"]["last_weight"]) > 0.95
 
 
 def test_shipped_scale():
@@ -123,7 +124,7 @@ def test_shipped_scale():
 def test_shipped_positions():
     for runs in _shipped("positions").values():
         assert runs["none"]["accuracy_1x"] < 0.3
-        assert runs["causal"]["accuracy_1x"] > runs["none"]["accuracy_1x"] + 0.1
+        assert runs["none"]["accuracy_1x"] + 0.05 < runs["causal"]["accuracy_1x"] < 0.5  # some order
         for kind in ("learned", "sinusoidal", "rotary"):
             assert runs[kind]["accuracy_1x"] > 0.98
         assert runs["rotary"]["accuracy_2x"] > 0.9
@@ -140,8 +141,10 @@ def test_shipped_norm():
 def test_shipped_kv_heads():
     for runs in _shipped("kv_heads").values():
         mha, gqa, mqa = runs["MHA (Hkv=4)"], runs["GQA (Hkv=2)"], runs["MQA (Hkv=1)"]
-        assert mha["cache_bytes"] == 2 * gqa["cache_bytes"] == 4 * mqa["cache_bytes"]
+        assert mha["cache_bytes"] == 2 * gqa["cache_bytes"] == 4 * mqa["cache_bytes"] == 256
         assert mha["params"] > gqa["params"] > mqa["params"]
+        assert min(v["accuracy"] for v in runs.values()) > 0.99  # all learn it
+        assert max(v["learned_at"] for v in runs.values()) < 700  # well before the 1000 steps
 
 
 def test_shipped_output():

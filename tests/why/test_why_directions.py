@@ -47,9 +47,10 @@ def test_norm_post_ln_trains_worse_at_a_high_learning_rate():
     assert post > pre
 
 
-def test_kv_heads_cache_shrinks_with_the_key_value_heads():
-    runs = run("kv_heads", 0, steps=60)
-    sizes = [runs[v]["cache_bytes"] for v in ("MHA (Hkv=4)", "GQA (Hkv=2)", "MQA (Hkv=1)")]
-    assert sizes == [512.0, 256.0, 128.0]
-    params = [runs[v]["params"] for v in ("MHA (Hkv=4)", "GQA (Hkv=2)", "MQA (Hkv=1)")]
+def test_kv_heads_fewer_key_value_heads_learn_the_task_too():
+    runs = run("kv_heads", 0, steps=600)
+    variants = ("MHA (Hkv=4)", "GQA (Hkv=2)", "MQA (Hkv=1)")
+    assert [runs[v]["cache_bytes"] for v in variants] == [256.0, 128.0, 64.0]
+    params = [runs[v]["params"] for v in variants]
     assert params[0] > params[1] > params[2]
+    assert min(runs[v]["accuracy"] for v in variants) > 0.95
