@@ -20,7 +20,7 @@ from mha_lib.why._common import Experiment, Outcome, check_seed_and_steps
 from mha_lib.why.digit_runs import heads_trial, kv_heads_trial, output_trial, scale_trial
 from mha_lib.why.sequence_runs import norm_trial, positions_trial
 
-__all__ = ["EXPERIMENTS", "Experiment", "RESULTS_PATH", "load_results", "run", "run_outcomes"]
+__all__ = ["EXPERIMENTS", "Experiment", "load_results", "run", "run_outcomes"]
 
 EXPERIMENTS: dict[str, Experiment] = {
     experiment.name: experiment
@@ -117,4 +117,4 @@ def run(name: str, seed: int, steps: int | None = None) -> dict[str, dict[str, f
     return {variant: outcome.metrics for variant, outcome in run_outcomes(name, seed, steps).items()}
 
 
-from mha_lib.why.results import RESULTS_PATH, load_results  # noqa: E402  (uses EXPERIMENTS)
+from mha_lib.why.results import load_results  # noqa: E402  (uses EXPERIMENTS)

@@ -32,7 +32,7 @@ from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.importance import attention_entropy
 from mha_lib.why._common import Outcome, cross_entropy, fit, parameter_count, seeded, summarise_curve
 
-__all__ = ["heads_trial", "kv_heads_trial", "lookup_weights", "output_trial", "scale_trial", "softmax_gradient"]
+__all__ = ["heads_trial", "kv_heads_trial", "output_trial", "scale_trial"]
 
 _HEADS = (1, 2, 4, 8)
 """The head counts of the heads experiment (D = 32, so d = 32, 16, 8, 4)."""
@@ -50,7 +50,7 @@ def _train(model: DigitAttentionModel, seed: int, steps: int, lr: float = _LR) -
 
 
 @torch.no_grad()
-def lookup_weights(model: DigitAttentionModel) -> Tensor:
+def _lookup_weights(model: DigitAttentionModel) -> Tensor:
     """Each head's mean weight on the two keys the task needs, over the held-out queries.
 
     Returns:
@@ -81,7 +81,7 @@ def _example_weights(model: DigitAttentionModel) -> dict:
 
 
 def _digit_outcome(model: DigitAttentionModel, history: dict, extra: dict | None = None) -> Outcome:
-    split = lookup_weights(model)  # (H, 2)
+    split = _lookup_weights(model)  # (H, 2)
     metrics = {"params": float(parameter_count(model)), "accuracy": accuracy(model, held_out_set()),
                "previous_weight": float(split[:, 0].max()), "last_weight": float(split[:, 1].max()),
                "cpu_seconds": history["cpu_seconds"]}
@@ -127,7 +127,7 @@ _SCALE_D_MODEL, _SCALE_HEADS, _SCALE_LR = 256, 2, 1e-3
 """d = 128: the head size where the scale matters (the issue asks for d >= 64)."""
 
 
-def softmax_gradient(weights: Tensor) -> Tensor:
+def _softmax_gradient(weights: Tensor) -> Tensor:
     """The Frobenius norm of the softmax's Jacobian ``diag(w) - w w^T`` of every row.
 
     0 for a one-hot row (a saturated softmax passes no gradient to its scores).
@@ -155,7 +155,7 @@ def _at_initialisation(model: DigitAttentionModel) -> dict[str, float]:
     real = real.expand(weights.shape[:3])  # (B, H, L)
     return {"entropy_init": float(attention_entropy(weights, batch.valid_lens).mean()),
             "max_weight_init": float(weights.max(-1).values[real].mean()),
-            "softmax_gradient_init": float(softmax_gradient(weights)[real].mean())}
+            "softmax_gradient_init": float(_softmax_gradient(weights)[real].mean())}
 
 
 def scale_trial(seed: int, steps: int) -> dict[str, Outcome]:

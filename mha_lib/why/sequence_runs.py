@@ -33,7 +33,7 @@ from mha_lib.why._common import (
     summarise_curve,
 )
 
-__all__ = ["norm_trial", "positions_trial", "two_back_batch"]
+__all__ = ["norm_trial", "positions_trial"]
 
 _V, _D, _H = 16, 32, 2
 _TRAIN_LEN = 16
@@ -44,7 +44,7 @@ _TEST_SEED = 2027
 _NUM_TEST = 512
 
 
-def two_back_batch(batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+def _two_back_batch(batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
     """Random tokens (B, L) in [0, 16) and their targets (B, L): the token two places back
     (-100, no label, at the first two positions)."""
     tokens = torch.randint(0, _V, (batch_size, length), generator=generator)  # (B, L)
@@ -78,12 +78,12 @@ def positions_trial(seed: int, steps: int) -> dict[str, Outcome]:
     others have no position parameters.
     """
     held_out = torch.Generator().manual_seed(_TEST_SEED)
-    test_1x = two_back_batch(_NUM_TEST, _TRAIN_LEN, held_out)
-    test_2x = two_back_batch(_NUM_TEST, 2 * _TRAIN_LEN, held_out)
+    test_1x = _two_back_batch(_NUM_TEST, _TRAIN_LEN, held_out)
+    test_2x = _two_back_batch(_NUM_TEST, 2 * _TRAIN_LEN, held_out)
     out = {}
     for positions in POSITIONS:
         model = seeded(seed, lambda: SequenceModel(_V, _D, _H, 2, 2 * _TRAIN_LEN, positions))
-        history = fit(model, _loss, _batches(seed, lambda g: two_back_batch(64, _TRAIN_LEN, g)),
+        history = fit(model, _loss, _batches(seed, lambda g: _two_back_batch(64, _TRAIN_LEN, g)),
                       steps=steps, lr=3e-3, warmup=min(50, steps))
         metrics = {"params": float(parameter_count(model)),
                    "accuracy_1x": _accuracy(model, *test_1x), "accuracy_2x": _accuracy(model, *test_2x),
@@ -104,7 +104,7 @@ def norm_trial(seed: int, steps: int) -> dict[str, Outcome]:
             name = f"{'pre' if norm_first else 'post'}-LN, {'warm-up' if warmup else 'no warm-up'}"
             model = seeded(seed, lambda: SequenceModel(_V, _D, _H, _NORM_LAYERS, _TRAIN_LEN, "learned",
                                                        norm_first=norm_first))
-            history = fit(model, _loss, _batches(seed, lambda g: two_back_batch(32, _TRAIN_LEN, g)),
+            history = fit(model, _loss, _batches(seed, lambda g: _two_back_batch(32, _TRAIN_LEN, g)),
                           steps=steps, lr=_NORM_LR, warmup=warmup)
             losses = history["train_loss"]
             metrics = {"params": float(parameter_count(model)),
