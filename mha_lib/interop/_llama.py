@@ -14,8 +14,10 @@ Three things separate ``LlamaAttention`` from the book's
   ``W_o``, stored the same way, (out, in).
 
 ``MistralAttention`` is ``LlamaAttention``; Mistral's sliding window lives in the mask that
-``MistralModel`` builds, so a converted Mistral model refuses sequences longer than its window
-(the book's layers mask with valid lengths, which cannot hide the keys behind a window).
+``MistralModel`` builds (query i sees keys i - window < j <= i), and so it does in the book:
+the converted layer attends with ``mask=mha_lib.masks.sliding_window(window)``, and a converted
+Mistral model (:class:`mha_lib.llama.LlamaLM` with ``sliding_window``) masks every layer so, at
+any length.
 
 Shape legend
     D    d_model (hidden_size)
@@ -44,8 +46,9 @@ def from_llama_attention(attn: nn.Module) -> GroupedQueryAttention:
     """A ``GroupedQueryAttention(rope=True)`` holding the weights of a ``LlamaAttention`` or
     ``MistralAttention``.
 
-    Called on the same inputs with causal valid lengths (positions 0, 1, ...), it computes
-    what ``attn`` computes with the rotary embedding of its config and a causal mask.
+    Called on the same inputs with ``mask=causal()`` (positions 0, 1, ...), it computes what
+    ``attn`` computes with the rotary embedding of its config and a causal mask; a Mistral
+    layer's window is a mask too: ``mask=sliding_window(attn.config.sliding_window)``.
 
     Raises:
         ValueError: not a Llama or Mistral attention layer, or a config the book's layer does
@@ -117,8 +120,8 @@ def from_hf_llama(model: nn.Module) -> LlamaLM:
     """A :class:`mha_lib.llama.LlamaLM` holding the weights of a Hugging Face
     ``LlamaForCausalLM`` or ``MistralForCausalLM`` (not modified).
 
-    Its logits on token ids (B, L) are the model's logits on the same ids, without padding;
-    a Mistral model refuses more positions than its sliding window.
+    Its logits on token ids (B, L) are the model's logits on the same ids, without padding
+    (a Mistral model's layers see the last ``sliding_window`` positions, at any length).
 
     Raises:
         ValueError: another model, or a config the book's layers do not have (see
