@@ -15,6 +15,7 @@ Shape legend
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -28,6 +29,7 @@ from mha_lib._checks import (
     check_probability,
     check_tensor,
 )
+from mha_lib._settings import build
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.masks import Mask
 from mha_lib.multihead import MultiHeadAttention
@@ -61,7 +63,22 @@ class TransformerBlock(nn.Module):
         layer_norm_eps: the ``eps`` of both LayerNorms.
         num_kv_heads: Hkv key/value heads (dividing ``num_heads``) for grouped-query attention.
         rope: rotate queries and keys by their positions (RoPE); needs an even head size.
+
+    ``block.settings`` holds these arguments (a :class:`TransformerBlock.Settings`).
     """
+
+    @dataclass(frozen=True)
+    class Settings:
+        """The constructor's arguments, by name (see the class)."""
+
+        d_model: int
+        num_heads: int
+        d_ff: int
+        dropout: float
+        norm_first: bool = True
+        layer_norm_eps: float = 1e-5
+        num_kv_heads: int | None = None
+        rope: bool = False
 
     def __init__(
         self,
@@ -97,6 +114,8 @@ class TransformerBlock(nn.Module):
         self.norm2 = _FittedLayerNorm(d_model, eps=layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
+        self.settings = self.Settings(d_model, num_heads, d_ff, float(dropout), norm_first,
+                                      layer_norm_eps, num_kv_heads, rope)
 
     def forward(
         self,
@@ -160,16 +179,15 @@ class TransformerBlock(nn.Module):
         """
         _check_torch_layer(layer)
         attn = layer.self_attn
-        weight = layer.linear1.weight
-        block = cls(attn.embed_dim, attn.num_heads, layer.linear1.out_features, layer.dropout.p,
-                    layer.norm_first, layer_norm_eps=layer.norm1.eps)
-        block = block.to(dtype=weight.dtype, device=weight.device)
+        settings = cls.Settings(attn.embed_dim, attn.num_heads, layer.linear1.out_features,
+                                layer.dropout.p, layer.norm_first, layer_norm_eps=layer.norm1.eps)
+        block = build(cls, settings, like=layer)  # (what _check_torch_layer did not refuse)
         _copy_torch_attention(attn, block.attention)
         block.feed_forward[0].load_state_dict(layer.linear1.state_dict())
         block.feed_forward[3].load_state_dict(layer.linear2.state_dict())
         block.norm1.load_state_dict(layer.norm1.state_dict())
         block.norm2.load_state_dict(layer.norm2.state_dict())
-        return block.train(layer.training)
+        return block
 
 
 class _FittedLayerNorm(nn.LayerNorm):

@@ -23,6 +23,7 @@ the language models that use grouped-query attention do.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -35,6 +36,7 @@ from mha_lib._checks import (
     check_probability,
     quiet_when_traced,
 )
+from mha_lib._settings import build
 from mha_lib.attention import FiniteDotProductAttention, NonFiniteRule, check_qkv, score_operands
 from mha_lib.cached import query_positions
 from mha_lib.heads import merge_heads, split_heads
@@ -138,7 +140,20 @@ class GroupedQueryAttention(nn.Module):
         bias: whether the four projections have a bias.
         rope: rotate queries and keys by their positions (RoPE, :func:`mha_lib.positions.rotary`)
             after the projections; needs an even head size d.
+
+    ``module.settings`` holds these arguments (a :class:`GroupedQueryAttention.Settings`).
     """
+
+    @dataclass(frozen=True)
+    class Settings:
+        """The constructor's arguments, by name (see the class)."""
+
+        d_model: int
+        num_heads: int
+        num_kv_heads: int
+        dropout: float
+        bias: bool = False
+        rope: bool = False
 
     def __init__(
         self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float, bias: bool = False,
@@ -166,6 +181,7 @@ class GroupedQueryAttention(nn.Module):
         self.W_k = nn.Linear(D, Hkv * self.head_size, bias=bias)
         self.W_v = nn.Linear(D, Hkv * self.head_size, bias=bias)
         self.W_o = nn.Linear(D, D, bias=bias)
+        self.settings = self.Settings(D, H, Hkv, float(dropout), bias, rope)
 
     def forward(
         self,
@@ -302,19 +318,19 @@ def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAtte
     """
     if not isinstance(mha, MultiHeadAttention):
         raise ValueError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
-    H, D = mha.num_heads, mha.W_q.out_features
-    sizes = {"query_size": mha.W_q.in_features, "key_size": mha.W_k.in_features,
-             "value_size": mha.W_v.in_features, "W_o's input size": mha.W_o.in_features,
-             "W_o's output size": mha.W_o.out_features}
+    s = mha.settings
+    H, D = s.num_heads, s.d_model
+    sizes = {"query_size": s.query_size, "key_size": s.key_size, "value_size": s.value_size,
+             "output_size": s.output_size or D}
     for name, size in sizes.items():
         if size != D:
             raise ValueError(f"mha must have every size equal to its width D = {D} (grouped-"
                              f"query attention maps D features to D), got {name} = {size}")
     Hkv = max(kv_head_of(H, num_kv_heads)) + 1  # checks that num_kv_heads divides H
     d, g = D // H, H // Hkv
-    weight = mha.W_q.weight
-    gqa = GroupedQueryAttention(D, H, Hkv, mha.attention.dropout.p, bias=mha.W_q.bias is not None)
-    gqa = gqa.to(device=weight.device, dtype=weight.dtype).train(mha.training)
+    # mha's settings, less the sizes checked above, and Hkv
+    settings = GroupedQueryAttention.Settings(D, H, Hkv, s.dropout, bias=s.bias)
+    gqa = build(GroupedQueryAttention, settings, like=mha)
     with torch.no_grad():
         gqa.W_q.load_state_dict(mha.W_q.state_dict())
         gqa.W_o.load_state_dict(mha.W_o.state_dict())

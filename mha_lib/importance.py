@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int, check_tensor
 from mha_lib._modes import eval_mode
+from mha_lib._settings import rebuild
 from mha_lib.masking import check_valid_lens, padding_mask_from_valid_lens, padding_to_keep
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.timing import paired_ratio, time_paired
@@ -336,6 +337,8 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
     :class:`~mha_lib.multihead.MultiHeadAttention` supports (its width and ``head_size``
     read ``W_q``). A module pruned before can be pruned again.
 
+    Every other setting of ``mha`` (``mha.settings``: sizes, dropout rate, bias) is kept, and
+    so are its class, dtype, device and train/eval mode.
     The output equals the original's with those heads gated to 0
     (``mha(..., head_mask=head_gates(H, heads))``); the biases of ``W_o`` stay, as gating
     does not touch them. Attention weights of the kept heads are unchanged.
@@ -360,26 +363,19 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
     removed = set(_check_heads(heads, H))
     kept = [h for h in range(H) if h not in removed]
     rows = torch.cat([torch.arange(h * d, (h + 1) * d) for h in kept])  # (H'*d,)
-    bias = mha.W_q.bias is not None
-    # The new weights are all copied from mha below, so their random initialisation is thrown
-    # away; fork_rng puts the global generator back, so pruning leaves later draws unchanged.
-    with torch.random.fork_rng(devices=[]):
-        pruned = MultiHeadAttention(  # key, query, value sizes, width H'*d, H', dropout
-            mha.W_k.in_features, mha.W_q.in_features, mha.W_v.in_features,
-            len(kept) * d, len(kept), mha.attention.dropout.p, bias=bias,
-        )
-        pruned.W_o = nn.Linear(len(kept) * d, mha.W_o.out_features, bias=mha.W_o.bias is not None)
+    # Every other setting of mha is kept: H' heads of width H'*d, the same output width D
+    pruned = rebuild(mha, d_model=len(kept) * d, num_heads=len(kept),
+                     output_size=mha.W_o.out_features)
     with torch.no_grad():
         for name in ("W_q", "W_k", "W_v"):
             old, new = getattr(mha, name), getattr(pruned, name)
             new.weight.copy_(old.weight[rows])  # (H*d, in) -> (H'*d, in)
-            if bias:
+            if old.bias is not None:
                 new.bias.copy_(old.bias[rows])  # (H*d,) -> (H'*d,)
         pruned.W_o.weight.copy_(mha.W_o.weight[:, rows])  # (D, H*d) -> (D, H'*d)
         if mha.W_o.bias is not None:
             pruned.W_o.bias.copy_(mha.W_o.bias)
-    pruned.to(device=mha.W_q.weight.device, dtype=mha.W_q.weight.dtype)
-    return pruned.train(mha.training)
+    return pruned
 
 
 def _check_attention_model(model: object) -> MultiHeadAttention:

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from mha_lib._checks import as_tensor, check_bool, check_positive_int, check_tensor
 from mha_lib.gqa import GroupedQueryAttention
-from mha_lib.masking import causal_valid_lens
+from mha_lib.masks import Mask, causal, sliding_window
 
 __all__ = ["LlamaConfig", "LlamaLM", "RMSNorm", "SwiGLU"]
 
@@ -98,7 +98,7 @@ class LlamaConfig:
     eps: float = 1e-6  # of every RMSNorm (rms_norm_eps)
     attention_bias: bool = False  # (attention_bias)
     mlp_bias: bool = False  # (mlp_bias)
-    sliding_window: int | None = None  # Mistral: a query sees at most this many keys
+    sliding_window: int | None = None  # Mistral: a query sees the last this many keys
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "num_kv_heads", "num_layers", "d_ff"):
@@ -122,9 +122,9 @@ class _LlamaBlock(nn.Module):
         self.norm2 = RMSNorm(D, config.eps)
         self.feed_forward = SwiGLU(D, config.d_ff, bias=config.mlp_bias)
 
-    def forward(self, x: Tensor, valid_lens: Tensor) -> Tensor:
+    def forward(self, x: Tensor, mask: Mask) -> Tensor:
         h = self.norm1(x)
-        x = x + self.attention(h, h, h, valid_lens)
+        x = x + self.attention(h, h, h, mask=mask)
         return x + self.feed_forward(self.norm2(x))
 
 
@@ -157,15 +157,11 @@ class LlamaLM(nn.Module):
             raise ValueError(f"ids must be a (B, L) integer tensor, got {ids.dtype} {tuple(ids.shape)}")
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= V):
             raise ValueError(f"ids must lie in [0, {V}), got values in [{int(ids.min())}, {int(ids.max())}]")
-        if window is not None and ids.shape[1] > window:
-            raise ValueError(
-                f"ids has {ids.shape[1]} positions, more than the sliding window ({window}): the "
-                "book's layers mask with valid lengths, which cannot hide the keys behind a window")
-        B, L = ids.shape
-        causal = causal_valid_lens(B, L).to(ids.device)  # (B, L): query i sees keys 0 .. i
+        # query i sees keys 0 .. i (Mistral: only the last `window` of them, i - window < j <= i)
+        mask = causal() if window is None else sliding_window(window)
         x = self.token_embedding(ids)  # (B, L) -> (B, L, D)
         for block in self.blocks:
-            x = block(x, causal)
+            x = block(x, mask)
         return self.unembedding(self.norm(x))  # (B, L, D) -> (B, L, V)
 
 

@@ -23,6 +23,7 @@ attend with the mask, merge the heads, ``W_o``. Everything around it has a name 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -87,7 +88,29 @@ class MultiHeadAttention(nn.Module):
         num_heads: H.
         dropout: dropout rate on the attention weights, in [0, 1).
         bias: whether the four projections have a bias.
+        output_size: the width of the output (default D; a module whose heads were pruned
+            keeps its output width, with fewer heads).
+
+    ``module.settings`` holds these arguments (a :class:`MultiHeadAttention.Settings`): code
+    that rebuilds the module changed (pruning, conversions) starts from it and keeps the rest.
     """
+
+    @dataclass(frozen=True)
+    class Settings:
+        """The constructor's arguments, by name (see the class)."""
+
+        key_size: int
+        query_size: int
+        value_size: int
+        d_model: int
+        num_heads: int
+        dropout: float
+        bias: bool = False
+        output_size: int | None = None  # None: D
+
+        def __post_init__(self) -> None:
+            if self.output_size == self.d_model:  # one way to say "the default"
+                object.__setattr__(self, "output_size", None)
 
     def __init__(
         self,
@@ -98,12 +121,14 @@ class MultiHeadAttention(nn.Module):
         num_heads: int,
         dropout: float,
         bias: bool = False,
+        *,
+        output_size: int | None = None,
     ) -> None:
         super().__init__()
-        sizes = {"key_size": key_size, "query_size": query_size, "value_size": value_size}
+        sizes = {"key_size": key_size, "query_size": query_size, "value_size": value_size,
+                 "d_model": d_model, "output_size": d_model if output_size is None else output_size}
         for name, size in sizes.items():
             check_positive_int(size, name)
-        check_positive_int(d_model, "d_model")
         check_bool(bias, "bias")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         if d_model % num_heads:
@@ -113,7 +138,9 @@ class MultiHeadAttention(nn.Module):
         self.W_q = nn.Linear(query_size, d_model, bias=bias)
         self.W_k = nn.Linear(key_size, d_model, bias=bias)
         self.W_v = nn.Linear(value_size, d_model, bias=bias)
-        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, sizes["output_size"], bias=bias)
+        self.settings = self.Settings(key_size, query_size, value_size, d_model, num_heads,
+                                      float(dropout), bias, output_size)
 
     @property
     def d_model(self) -> int:

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -53,8 +54,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-# The line the server logs once it listens, just before it starts serving (jupyter_server).
+# The line the server logs once it is set up. jupyter_server (2.x) binds its port in the first
+# turn of its event loop, *after* this line: the server may still refuse a connection for a
+# moment, so ``_until_it_answers`` follows.
 _READY_LINE = "Use Control-C to stop this server"
+
+
+def _until_it_answers(server: subprocess.Popen, url: str, timeout: float, log_path: Path) -> None:
+    """Return once ``url`` answers; raise (with the server's log) if the server exits first, or
+    after ``timeout`` seconds (a safety net). Between tries it waits on the server process, so a
+    server that exits ends the wait at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=timeout).read()
+            return
+        except (ConnectionRefusedError, urllib.error.URLError) as error:
+            if not isinstance(getattr(error, "reason", error), ConnectionRefusedError):
+                raise
+        try:
+            server.wait(timeout=0.1)  # returns early only if the server exited
+        except subprocess.TimeoutExpired:
+            if time.monotonic() < deadline:
+                continue
+            raise RuntimeError(f"JupyterLab did not answer at {url} within {timeout:.0f} s:\n"
+                               + log_path.read_text()) from None
+        raise RuntimeError(f"JupyterLab exited with code {server.returncode}:\n" + log_path.read_text())
 
 
 def _copy_log(stream, path: Path, ready: threading.Event) -> None:
@@ -110,7 +135,7 @@ def _lab_server(notebooks: list[Path], timeout: float = 180.0):
             if not ready.wait(timeout) or _READY_LINE not in log_path.read_text():
                 raise RuntimeError(f"JupyterLab did not start within {timeout:.0f} s:\n"
                                    + log_path.read_text())
-            urllib.request.urlopen(base + "api/status", timeout=timeout).read()  # it answers
+            _until_it_answers(server, base + "api/status", timeout, log_path)
             yield base, folder
         finally:
             server.terminate()  # the server shuts its kernels down on SIGTERM

@@ -22,7 +22,7 @@ The package:
 * :mod:`~mha_lib.exercises.core`       the checkers of chapters 1-3;
 * :mod:`~mha_lib.exercises.later`      the checkers of chapters 4-7;
 * :mod:`~mha_lib.exercises.modern`     the checkers of RoPE (chapter 3b), grouped-query
-  attention (chapter 10) and tiled attention (chapter 11);
+  attention (chapter 10), tiled attention (chapter 11) and the mask lab's left padding;
 * :mod:`~mha_lib.exercises.wild`       the checkers of chapter 5's conversions: GPT-2's fused
   ``c_attn``, Llama's queries and keys;
 * :mod:`~mha_lib.exercises.grading`    partial credit per mistake family, for nbgrader.
@@ -59,7 +59,12 @@ from mha_lib.exercises.later import (
     check_prune_heads,
     check_stiefel_dimension,
 )
-from mha_lib.exercises.modern import check_gqa_from_mha, check_rotary, check_tiled_attention
+from mha_lib.exercises.modern import (
+    check_gqa_from_mha,
+    check_left_padding_mask,
+    check_rotary,
+    check_tiled_attention,
+)
 from mha_lib.exercises.wild import check_gpt2_c_attn, check_llama_qk
 
 __all__ = [
@@ -68,6 +73,7 @@ __all__ = [
     "check_dot_product_attention",
     "check_gpt2_c_attn",
     "check_gqa_from_mha",
+    "check_left_padding_mask",
     "check_llama_qk",
     "check_longest_sequence",
     "check_masked_softmax",

@@ -77,6 +77,12 @@ FAMILIES: dict[str, str] = {
     "c_attn_bias": "fused projections",
     "rope_rows": "rotation pairs",
     "kv_repeat": "grouping",
+    # the mask lab (mha_lib.exercises.modern)
+    "padding_side": "padding",
+    "pad_start": "padding",
+    "causal": "causality",
+    "mask_convention": "mask convention",
+    "mask_dtype": "mask convention",
 }
 
 #: Every mistake a checker can name, keyed by ``(setting, wrong value)``. A *spec* is a dict of
@@ -395,4 +401,33 @@ MISTAKES: dict[tuple[str, str], _Mistake] = {
         "(.repeat(g, 1, 1)) gives 0, 1, 0, 1 and pairs queries with another group's keys: "
         "use repeat_interleave(g, dim=0) on the (Hkv, d, D) heads.",
     ),
+    # the mask lab (mha_lib.exercises.modern)
+    ("padding_side", "right"): _Mistake(
+        "left padding read as right padding: the last keys hidden instead of the first",
+        "Valid lengths (d2l's mask) keep the keys before them, which suits padding on the "
+        "right. A left-padded prompt b has its padding at positions 0 .. pad_lens[b] - 1: keep "
+        "the keys j >= pad_lens[b].",
+    ),
+    ("pad_start", "one_more"): _Mistake(
+        "off by one: the first real token is hidden too",
+        "The first real position is pad_lens[b] itself: keep j >= pad_lens[b], not "
+        "j > pad_lens[b] (the first real query then sees nothing at all).",
+    ),
+    ("causal", "forgotten"): _Mistake(
+        "causality forgotten: a query sees the keys after it",
+        "A decoder's query i sees the keys j <= i only. Combine the padding mask with the "
+        "causal one using &, e.g. torch.ones(L, L, dtype=torch.bool).tril().",
+    ),
+    ("mask_convention", "inverted"): _Mistake(
+        "True = masked instead of True = may attend",
+        "F.scaled_dot_product_attention keeps a key where a boolean attn_mask is True, the "
+        "opposite of nn.MultiheadAttention's key_padding_mask. Invert with ~ "
+        "(mha_lib.masking.padding_to_keep).",
+    ),
+    ("mask_dtype", "float01"): _Mistake(
+        "a 0/1 float mask: added to the scores, it hides nothing",
+        "A float attn_mask is added to the scores, so 0 and 1 hide no key. Return the boolean "
+        "mask (dtype torch.bool), or the additive 0 / -inf (mha_lib.masking.keep_to_bias).",
+    ),
+
 }

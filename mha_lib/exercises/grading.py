@@ -61,6 +61,7 @@ CHECKER_FAMILIES: dict[str, tuple[str, ...]] = {
     "check_gqa_from_mha": ("grouping", "pooling"),
     "check_gpt2_c_attn": ("weight layout", "fused projections"),
     "check_llama_qk": ("rotation pairs", "grouping"),
+    "check_left_padding_mask": ("padding", "causality", "mask convention"),
 }
 
 _RUNS = "runs on every case and returns the right shapes"

@@ -34,6 +34,7 @@ from mha_lib.exercises.runner import (
     scalar_cases,
     seeded,
 )
+from mha_lib.importance import prune_heads
 from mha_lib.masking import masked_softmax
 from mha_lib.multihead import MultiHeadAttention
 
@@ -144,28 +145,27 @@ def check_longest_sequence(fn: Callable) -> bool:
                      "Solve B * H * L * L * 4 <= budget for the largest integer L.")
 
 
-def _pruned_by_rows(mha: MultiHeadAttention, rows: list[int], num_heads: int) -> nn.Module:
-    """A copy of ``mha`` (no biases) keeping the given feature rows: (H'*d) rows, H' heads."""
-    # key_size, query_size, value_size, D' = H'*d, H', dropout (positional: d2l's order)
-    new = MultiHeadAttention(mha.W_k.in_features, mha.W_q.in_features, mha.W_v.in_features,
-                             len(rows), num_heads, 0.0).eval()
-    new.W_o = nn.Linear(len(rows), mha.W_o.out_features, bias=False)
+def _pruned_interleaved(mha: MultiHeadAttention, heads: list[int]) -> nn.Module:
+    """The "interleaved" mistake: head h taken as every H-th feature (rows h, h + H, ...) of a
+    ``mha`` without biases, then those heads removed (by :func:`mha_lib.importance.prune_heads`
+    on a copy whose rows are reordered so that these features sit together)."""
+    H, d = mha.num_heads, mha.head_size
+    order = [i * H + h for h in range(H) for i in range(d)]  # rows of head h: h, h + H, ...
+    shuffled = copy.deepcopy(mha)
     with torch.no_grad():
         for name in ("W_q", "W_k", "W_v"):
-            getattr(new, name).weight.copy_(getattr(mha, name).weight[rows])  # (H'*d, in)
-        new.W_o.weight.copy_(mha.W_o.weight[:, rows])  # (D, H'*d)
-    return new
+            getattr(shuffled, name).weight.copy_(getattr(mha, name).weight[order])  # (D, in)
+        shuffled.W_o.weight.copy_(mha.W_o.weight[:, order])  # (D, D)
+    return prune_heads(shuffled, heads)
 
 
 def _prune_heads_variant(mha, heads, x, lens, spec: dict[str, str]) -> Tensor:
     """Output on ``x`` of ``mha`` without ``heads`` (gated to 0), or with ``spec``'s mistake."""
-    H, d = mha.num_heads, mha.head_size
+    H = mha.num_heads
     removed = [h for h in range(H) if h not in heads] if spec.get("prune") == "kept_listed" else heads
     with torch.no_grad():
         if spec.get("prune") == "interleaved":
-            kept = [h for h in range(H) if h not in heads]
-            rows = [i * H + h for h in kept for i in range(d)]  # every H-th feature
-            return _pruned_by_rows(mha, rows, len(kept))(x, x, x, lens)
+            return _pruned_interleaved(mha, heads)(x, x, x, lens)
         gates = torch.ones(H)
         gates[list(removed)] = 0.0
         return mha(x, x, x, lens, head_mask=gates)  # (B, L, D)

@@ -5,7 +5,9 @@
 * :func:`check_gqa_from_mha`    grouped-query attention from multi-head attention by
   mean-pooling (chapter 10);
 * :func:`check_tiled_attention` attention over blocks of keys with an online softmax
-  (chapter 11).
+  (chapter 11);
+* :func:`check_left_padding_mask` the mask of a decoder over prompts padded on the left (the
+  mask lab).
 
 See :mod:`mha_lib.exercises` for how a checker works and how to add one. Each reference is the
 library's own code (:func:`mha_lib.positions.rotary`, :func:`mha_lib.gqa.gqa_from_mha`,
@@ -27,6 +29,7 @@ import math
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mha_lib.exercises.runner import (
@@ -44,7 +47,7 @@ from mha_lib.gqa import gqa_from_mha
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.positions import rotary
 
-__all__ = ["check_gqa_from_mha", "check_rotary", "check_tiled_attention"]
+__all__ = ["check_gqa_from_mha", "check_left_padding_mask", "check_rotary", "check_tiled_attention"]
 
 # --------------------------------------------------------------------------------------------
 # Rotary positions
@@ -282,3 +285,72 @@ def check_gqa_from_mha(fn: Callable) -> bool:
     return run_cases("check_gqa_from_mha", cases, _GQA_SETTINGS,
                      "Compare your W_k.weight with mha.W_k.weight.reshape(Hkv, H // Hkv, d, D)"
                      ".mean(1).reshape(Hkv * d, D), and W_q, W_o with mha's.")
+
+
+# --------------------------------------------------------------------------------------------
+# The mask of left-padded prompts (the mask lab)
+# --------------------------------------------------------------------------------------------
+
+
+def _attend_real_queries(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, pad_lens: Tensor) -> Tensor:
+    """``F.scaled_dot_product_attention`` with ``mask`` as its ``attn_mask``; the rows of the
+    padding queries (positions < pad_lens[b]) are zeroed: nobody reads them.
+
+    Shapes:
+        q, k: (B, L, d); v: (B, L, dv); mask: broadcastable to (B, L, L); returns (B, L, dv)
+    """
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, L, dv)
+    real = torch.arange(q.shape[1]) >= pad_lens[:, None]  # (B, L): the real queries
+    return torch.where(real[..., None], out, 0.0)
+
+
+def _left_padding_variant(pad_lens: Tensor, L: int, qkv: tuple, spec: dict[str, str]) -> Tensor:
+    """The output of attention under the keep mask of a causal decoder over prompts padded on
+    the left by ``pad_lens`` (B,), with ``spec``'s mistakes (the reference for ``{}``)."""
+    j = torch.arange(L)
+    if spec.get("padding_side") == "right":
+        real = j < L - pad_lens[:, None]  # (B, L): valid lengths, padding on the right
+    elif spec.get("pad_start") == "one_more":
+        real = j > pad_lens[:, None]
+    else:
+        real = j >= pad_lens[:, None]  # (B, L): keys 0 .. pad_lens[b] - 1 are padding
+    keep = real[:, None, :].expand(len(pad_lens), L, L)  # (B, 1, L) -> (B, L, L)
+    if spec.get("causal") != "forgotten":
+        keep = keep & (j[None, :, None] >= j[None, None, :])  # query i sees keys j <= i
+    if spec.get("mask_convention") == "inverted":
+        keep = ~keep
+    mask = keep.float() if spec.get("mask_dtype") == "float01" else keep
+    return _attend_real_queries(*qkv, mask, pad_lens)
+
+
+@checker
+def check_left_padding_mask(fn: Callable) -> bool:
+    """Check ``fn(pad_lens, L)``: the ``attn_mask`` of ``F.scaled_dot_product_attention`` for a
+    causal decoder over B prompts padded on the left, prompt b by ``pad_lens[b]`` padding
+    tokens (the mask lab, ``ex-mask-left-padding``): a real query sees the real keys at or
+    before it. The checker attends with the mask and compares the real queries' outputs.
+
+    Shapes:
+        pad_lens: (B,) integers; returns a mask broadcastable to (B, L, L), True = may attend.
+
+    Catches: the padding hidden on the right (valid lengths), the first real token hidden too,
+    causality forgotten, True = masked, a 0/1 float mask (added to the scores).
+    """
+    g = seeded(17)
+    cases = []
+    for pads, L in (([0, 2, 5], 6), ([1, 3], 5), ([0], 4)):
+        pad_lens = long_tensor(pads)
+        qkv = tuple(torch.randn(len(pads), L, 4, generator=g) for _ in range(3))
+
+        def run(pad_lens, L=L, qkv=qkv):
+            return call_student(lambda p: _attend_real_queries(*qkv, fn(p, L), p), pad_lens)
+
+        cases.append(Case(f"pad_lens={pads}, L={L}", run_student=run, inputs=(pad_lens,),
+                          variant=lambda spec, p=pad_lens, L=L, qkv=qkv: _left_padding_variant(
+                              p, L, qkv, spec)))
+    return run_cases("check_left_padding_mask", cases,
+                     {"padding_side": ("right",), "pad_start": ("one_more",),
+                      "causal": ("forgotten",), "mask_convention": ("inverted",),
+                      "mask_dtype": ("float01",)},
+                     "Print fn(torch.tensor([2]), 5).int(): rows 2 .. 4 (the real queries) must "
+                     "show 1 at the keys 2 .. i and 0 elsewhere.")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.utils._device as _device
 from torch import Tensor
 
 from mha_lib.exercises.catalogue import MISTAKES
@@ -82,7 +83,9 @@ def _describe(err: BaseException) -> str:
 def _torch_settings_kept():
     """Put back the default dtype, the default device and the grad mode after student code:
     a ``torch.set_default_dtype(torch.float64)`` in an answer must not change the reference."""
-    dtype, device, grad = torch.get_default_dtype(), torch.get_default_device(), torch.is_grad_enabled()
+    # The device set by torch.set_default_device, or None when none is: setting "cpu" back where
+    # none was set would leave a device mode behind that every later torch call goes through.
+    dtype, device, grad = torch.get_default_dtype(), _device.CURRENT_DEVICE, torch.is_grad_enabled()
     try:
         yield
     finally:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from mha_lib._settings import build
 from mha_lib.multihead import MultiHeadAttention
 
 __all__ = ["copy_to_gpt2_attention", "from_gpt2_attention", "to_gpt2_attention"]
@@ -48,15 +49,15 @@ def from_gpt2_attention(attn: nn.Module) -> MultiHeadAttention:
     w_attn, b_attn = _weight_and_bias(attn.c_attn, conv)  # (3D, D), (3D,) as nn.Linear stores them
     w_proj, b_proj = _weight_and_bias(attn.c_proj, conv)  # (D, D), (D,)
     dropout = attn.attn_dropout.p if hasattr(attn, "attn_dropout") else 0.0
-    mha = MultiHeadAttention(D, D, D, D, H, dropout, bias=True)
-    mha = mha.to(dtype=w_attn.dtype, device=w_attn.device)
+    settings = MultiHeadAttention.Settings(D, D, D, D, H, dropout, bias=True)
+    mha = build(MultiHeadAttention, settings, like=attn)
     with torch.no_grad():
         for linear, w, b in zip((mha.W_q, mha.W_k, mha.W_v), w_attn.split(D), b_attn.split(D)):
             linear.weight.copy_(w)  # rows 0..D-1: queries, D..2D-1: keys, 2D..3D-1: values
             linear.bias.copy_(b)
         mha.W_o.weight.copy_(w_proj)
         mha.W_o.bias.copy_(b_proj)
-    return mha.train(attn.training)
+    return mha
 
 
 def copy_to_gpt2_attention(mha: MultiHeadAttention, attn: nn.Module) -> nn.Module:
@@ -96,8 +97,8 @@ def to_gpt2_attention(mha: MultiHeadAttention) -> nn.Module:
     from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
 
     _check_self_attention(mha, "mha")
-    weight = mha.W_q.weight
-    config = GPT2Config(n_embd=mha.d_model, n_head=mha.num_heads, attn_pdrop=mha.attention.dropout.p,
+    s, weight = mha.settings, mha.W_q.weight  # (bias: GPT-2 always has one; zeros if not)
+    config = GPT2Config(n_embd=s.d_model, n_head=s.num_heads, attn_pdrop=s.dropout,
                         resid_pdrop=0.0, attn_implementation="eager")
     attn = GPT2Attention(config, layer_idx=0).to(dtype=weight.dtype, device=weight.device)
     return copy_to_gpt2_attention(mha, attn).train(mha.training)
@@ -139,11 +140,12 @@ def _weight_and_bias(layer: nn.Module, conv: bool) -> tuple[Tensor, Tensor]:
 def _check_self_attention(mha: object, name: str) -> None:
     if not isinstance(mha, MultiHeadAttention):
         raise ValueError(f"{name} must be an mha_lib.MultiHeadAttention, got {type(mha).__name__}")
-    D = mha.d_model
-    sizes = (mha.W_q.in_features, mha.W_k.in_features, mha.W_v.in_features, mha.W_o.out_features)
+    s = mha.settings
+    D = s.d_model
+    sizes = (s.query_size, s.key_size, s.value_size, s.output_size or D)
     if any(size != D for size in sizes):
-        raise ValueError(f"{name} must have query, key and value sizes equal to its width "
-                         f"D = {D} (self-attention), got {sizes[:3]}")
+        raise ValueError(f"{name} must have query, key, value and output sizes equal to its "
+                         f"width D = {D} (self-attention), got {sizes}")
 
 
 def _bias(linear: nn.Linear) -> Tensor:

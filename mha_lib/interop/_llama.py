@@ -14,8 +14,10 @@ Three things separate ``LlamaAttention`` from the book's
   ``W_o``, stored the same way, (out, in).
 
 ``MistralAttention`` is ``LlamaAttention``; Mistral's sliding window lives in the mask that
-``MistralModel`` builds, so a converted Mistral model refuses sequences longer than its window
-(the book's layers mask with valid lengths, which cannot hide the keys behind a window).
+``MistralModel`` builds (query i sees keys i - window < j <= i), and so it does in the book:
+the converted layer attends with ``mask=mha_lib.masks.sliding_window(window)``, and a converted
+Mistral model (:class:`mha_lib.llama.LlamaLM` with ``sliding_window``) masks every layer so, at
+any length.
 
 Shape legend
     D    d_model (hidden_size)
@@ -29,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int
+from mha_lib._settings import build
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.llama import LlamaConfig, LlamaLM
 from mha_lib.positions import rope_permutation
@@ -43,8 +46,9 @@ def from_llama_attention(attn: nn.Module) -> GroupedQueryAttention:
     """A ``GroupedQueryAttention(rope=True)`` holding the weights of a ``LlamaAttention`` or
     ``MistralAttention``.
 
-    Called on the same inputs with causal valid lengths (positions 0, 1, ...), it computes
-    what ``attn`` computes with the rotary embedding of its config and a causal mask.
+    Called on the same inputs with ``mask=causal()`` (positions 0, 1, ...), it computes what
+    ``attn`` computes with the rotary embedding of its config and a causal mask; a Mistral
+    layer's window is a mask too: ``mask=sliding_window(attn.config.sliding_window)``.
 
     Raises:
         ValueError: not a Llama or Mistral attention layer, or a config the book's layer does
@@ -57,10 +61,9 @@ def from_llama_attention(attn: nn.Module) -> GroupedQueryAttention:
     if not isinstance(attn, (LlamaAttention, MistralAttention)):
         raise ValueError(f"attn must be a LlamaAttention or MistralAttention, got {type(attn).__name__}")
     D, H, Hkv, d = _check_config(attn.config, "attn.config")
-    bias = attn.q_proj.bias is not None
-    weight = attn.q_proj.weight
-    gqa = GroupedQueryAttention(D, H, Hkv, attn.config.attention_dropout, bias=bias, rope=True)
-    gqa = gqa.to(dtype=weight.dtype, device=weight.device)
+    settings = GroupedQueryAttention.Settings(D, H, Hkv, attn.config.attention_dropout,
+                                              bias=attn.q_proj.bias is not None, rope=True)
+    gqa = build(GroupedQueryAttention, settings, like=attn)
     halves_to_interleaved = {"W_q": rope_permutation(d, H).argsort(),
                              "W_k": rope_permutation(d, Hkv).argsort()}
     with torch.no_grad():
@@ -68,7 +71,7 @@ def from_llama_attention(attn: nn.Module) -> GroupedQueryAttention:
                              ("W_o", attn.o_proj)):
             rows = halves_to_interleaved.get(ours, slice(None))
             _copy_linear(getattr(gqa, ours), theirs, rows)
-    return gqa.train(attn.training)
+    return gqa
 
 
 def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None = None) -> nn.Module:
@@ -90,10 +93,10 @@ def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None
     if not isinstance(gqa, GroupedQueryAttention) or not gqa.rope:
         got = type(gqa).__name__ + (" with rope=False" if isinstance(gqa, GroupedQueryAttention) else "")
         raise ValueError(f"gqa must be an mha_lib.gqa.GroupedQueryAttention with rope=True, got {got}")
-    H, Hkv, d = gqa.num_heads, gqa.num_kv_heads, gqa.head_size
-    sizes = dict(hidden_size=H * d, num_attention_heads=H, num_key_value_heads=Hkv, head_dim=d,
-                 attention_bias=gqa.W_q.bias is not None, attention_dropout=gqa.attention.dropout.p,
-                 attn_implementation="eager")
+    s = gqa.settings  # every option of gqa, each one mapped (rope: checked above)
+    H, Hkv, d = s.num_heads, s.num_kv_heads, s.d_model // s.num_heads
+    sizes = dict(hidden_size=s.d_model, num_attention_heads=H, num_key_value_heads=Hkv, head_dim=d,
+                 attention_bias=s.bias, attention_dropout=s.dropout, attn_implementation="eager")
     if sliding_window is None:
         attn = LlamaAttention(HFLlamaConfig(**sizes), layer_idx=0)
     else:
@@ -117,8 +120,8 @@ def from_hf_llama(model: nn.Module) -> LlamaLM:
     """A :class:`mha_lib.llama.LlamaLM` holding the weights of a Hugging Face
     ``LlamaForCausalLM`` or ``MistralForCausalLM`` (not modified).
 
-    Its logits on token ids (B, L) are the model's logits on the same ids, without padding;
-    a Mistral model refuses more positions than its sliding window.
+    Its logits on token ids (B, L) are the model's logits on the same ids, without padding
+    (a Mistral model's layers see the last ``sliding_window`` positions, at any length).
 
     Raises:
         ValueError: another model, or a config the book's layers do not have (see

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from mha_lib._settings import build
 from mha_lib.masking import keep_mask_from_valid_lens, keep_to_padding
 from mha_lib.multihead import MultiHeadAttention
 
@@ -29,16 +30,15 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     """
     if not isinstance(mha, MultiHeadAttention):
         raise ValueError(f"mha must be an mha_lib.MultiHeadAttention, got {type(mha).__name__}")
-    D, H = mha.d_model, mha.num_heads
-    if mha.W_q.in_features != D or mha.W_o.out_features != D:
+    s = mha.settings  # every option of mha, each one mapped or refused here
+    D, H, bias = s.d_model, s.num_heads, s.bias
+    if s.query_size != D or (s.output_size or D) != D:
         raise ValueError(
-            "nn.MultiheadAttention needs query_size == d_model == output width, got "
-            f"query_size={mha.W_q.in_features}, d_model={D}, output width={mha.W_o.out_features}"
+            "nn.MultiheadAttention needs query_size == d_model == output_size, got "
+            f"query_size={s.query_size}, d_model={D}, output_size={s.output_size or D}"
         )
-    bias = mha.W_q.bias is not None
     torch_mha = nn.MultiheadAttention(
-        D, H, dropout=mha.attention.dropout.p, bias=bias, batch_first=True,
-        kdim=mha.W_k.in_features, vdim=mha.W_v.in_features,
+        D, H, dropout=s.dropout, bias=bias, batch_first=True, kdim=s.key_size, vdim=s.value_size,
     ).to(dtype=mha.W_q.weight.dtype, device=mha.W_q.weight.device)
     with torch.no_grad():
         if torch_mha.in_proj_weight is not None:
@@ -77,8 +77,9 @@ def from_torch_mha(torch_mha: nn.MultiheadAttention) -> MultiHeadAttention:
         raise ValueError("torch_mha must have a bias on all projections or on none")
     D, H = torch_mha.embed_dim, torch_mha.num_heads
     weight = torch_mha.out_proj.weight
-    mha = MultiHeadAttention(torch_mha.kdim, D, torch_mha.vdim, D, H, torch_mha.dropout, bias=bias)
-    mha = mha.to(dtype=weight.dtype, device=weight.device)
+    settings = MultiHeadAttention.Settings(torch_mha.kdim, D, torch_mha.vdim, D, H,
+                                           torch_mha.dropout, bias=bias)
+    mha = build(MultiHeadAttention, settings, like=torch_mha)
     with torch.no_grad():
         if torch_mha.in_proj_weight is not None:
             w_q, w_k, w_v = torch_mha.in_proj_weight.chunk(3)  # (3D, D) -> 3 x (D, D)
@@ -91,7 +92,7 @@ def from_torch_mha(torch_mha: nn.MultiheadAttention) -> MultiHeadAttention:
             for linear, b in zip((mha.W_q, mha.W_k, mha.W_v), torch_mha.in_proj_bias.chunk(3)):
                 linear.bias.copy_(b)  # (3D,) -> 3 x (D,)
             mha.W_o.bias.copy_(torch_mha.out_proj.bias)
-    return mha.train(torch_mha.training)
+    return mha
 
 
 def _torch_attn_mask(valid_lens: Tensor, num_heads: int, num_queries: int, num_keys: int) -> Tensor:

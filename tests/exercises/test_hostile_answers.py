@@ -226,6 +226,8 @@ def test_torch_settings_changed_by_an_answer_are_put_back(capsys):
     assert torch.get_default_dtype() == torch.float32
     assert torch.get_default_device() == torch.device("cpu")
     assert torch.is_grad_enabled()
+    # and no device mode left behind, which every later torch call would go through
+    assert torch.overrides._get_current_function_mode_stack() == []
 
 
 def test_an_answer_that_breaks_torch_is_reported_by_the_last_resort(capsys, monkeypatch):

@@ -1,6 +1,8 @@
 """A whole tiny Llama (and Mistral) built by transformers from a random config, converted into
 the book's layers: the same logits. RMSNorm and SwiGLU against their transformers references."""
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -26,6 +28,8 @@ def _tiny(family, **extra):
     ("Llama", {}),
     ("Llama", {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True}),
     ("Mistral", {"sliding_window": 16}),
+    ("Mistral", {"sliding_window": 5}),
+    ("Mistral", {"sliding_window": 5, "attn_implementation": "eager"}),
 ])
 def test_tiny_model_logits(family, extra):
     model = _tiny(family, **extra)
@@ -36,10 +40,22 @@ def test_tiny_model_logits(family, extra):
         torch.testing.assert_close(ours(ids), expected, rtol=0, atol=1e-5)
 
 
-def test_mistral_refuses_more_than_its_window():
-    ours = from_hf_llama(_tiny("Mistral", sliding_window=4))
-    with pytest.raises(ValueError, match="sliding window"):
-        ours(torch.zeros(1, 5, dtype=torch.long))
+@settings(max_examples=12, deadline=None)
+@given(window=st.integers(1, 6), L=st.integers(1, 20), B=st.integers(1, 2),
+       implementation=st.sampled_from(["eager", "sdpa"]), seed=st.integers(0, 2**16))
+def test_mistral_beyond_its_sliding_window(window, L, B, implementation, seed):
+    """A query sees the last `window` keys, itself included, at any length (L > window too)."""
+    model = _tiny("Mistral", sliding_window=window, attn_implementation=implementation)
+    ours = from_hf_llama(model).eval()
+    assert ours.config.sliding_window == window
+    ids = torch.randint(0, 61, (B, L), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        expected = model(ids).logits
+        torch.testing.assert_close(ours(ids), expected, rtol=0, atol=1e-5)
+        if L > window + 1:  # the window matters: a causal Llama with the same weights differs
+            unwindowed = LlamaLM(dataclasses.replace(ours.config, sliding_window=None))
+            unwindowed.load_state_dict(ours.state_dict())
+            assert not torch.allclose(unwindowed.eval()(ids), expected, rtol=0, atol=1e-5)
 
 
 def test_saved_and_loaded_from_disk_offline(tmp_path):
