@@ -373,20 +373,32 @@
             rowPx: rowPx, margin: margin, height: Math.round(margin.t + rows * rowPx + margin.b)};
   }
 
+  /* Hover texts: row i names query i and the keys it sees (0..i; later keys are gaps, never
+   * hovered). A row depends only on the tokens up to i, so typing at the end of a long text
+   * reuses the rows before the change instead of building L x L strings at every keystroke. */
+  var hoverMemo = {words: [], rows: []};
+  function hoverRows(state) {
+    var unknown = {}, i = 0;
+    state.unknown.forEach(function (u) { unknown[u.token] = true; });
+    var words = state.tokens.map(function (t, j) { return j + ": " + t + (unknown[t] ? " (unknown)" : ""); });
+    while (i < words.length && i < hoverMemo.words.length && words[i] === hoverMemo.words[i]) i++;
+    var rows = hoverMemo.rows.slice(0, i);
+    for (; i < words.length; i++) {
+      var row = [];
+      for (var j = 0; j <= i; j++) row.push("query " + words[i] + "<br>key " + words[j]);
+      rows.push(row);
+    }
+    hoverMemo = {words: words, rows: rows};
+    return rows;
+  }
+
   function figure(model, state, layer, width, narrow) {
     var L = state.tokens.length, H = model.H, N = model.N;
     var grid = panelGrid(state.tokens, H, width, narrow);
     var plotH = grid.height - grid.margin.t - grid.margin.b;
     var ticks = [], labels = [];
     for (var i = 0; i < L; i += grid.step) { ticks.push(i); labels.push(state.tokens[i]); }
-    var unknown = {};
-    state.unknown.forEach(function (u) { unknown[u.token] = true; });
-    var hover = state.tokens.map(function (query, qi) {
-      return state.tokens.map(function (key, kj) {
-        return "query " + qi + ": " + query + (unknown[query] ? " (unknown)" : "") +
-               "<br>key " + kj + ": " + key + (unknown[key] ? " (unknown)" : "");
-      });
-    });
+    var hover = hoverRows(state);
     var data = [], layout = {
       height: grid.height, margin: grid.margin, showlegend: false,
       plot_bgcolor: "rgba(0,0,0,0)", annotations: [], shapes: [],

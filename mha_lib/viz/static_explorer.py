@@ -38,7 +38,9 @@ CONTROLS_ID = DIV_ID + "-controls"
 # range input (mouse, touch, keyboard) redraws the figure with Plotly.react: the chosen head
 # count's traces holding the stored weights of each example's chosen valid length, and that head
 # count's layout (the phone layout when the figure's box is narrow). The figure's div takes the
-# layout's height each time, so the page below it moves down instead of being covered.
+# layout's height each time, so the page below it moves down instead of being covered. A drag's
+# many input events are drawn once per animation frame (the latest position), hover texts are
+# built once per stored state, and once plotly has drawn a state the div's data-drawn says which.
 _REDRAW_JS = """
 (function () {
   var gd = document.getElementById("__DIV__");
@@ -52,10 +54,11 @@ _REDRAW_JS = """
   function narrow() {
     return window.mhaIsNarrow ? window.mhaIsNarrow(gd) : (gd.parentElement || gd).clientWidth < 560;
   }
-  function hoverText(z) {
-    return z.map(function (row) {
+  var hoverCache = {};  // hover texts of a stored state, built once
+  function hoverText(key, z) {
+    return hoverCache[key] || (hoverCache[key] = z.map(function (row) {
       return row.map(function (w) { return w === null ? "masked" : "weight " + w.toFixed(3); });
-    });
+    }));
   }
   function active() {  // [head count index, valid length of each example]
     return [headsInput ? Number(headsInput.value) : ex.heads_index].concat(
@@ -78,22 +81,33 @@ _REDRAW_JS = """
     });
     gd.setAttribute("aria-label", describe(state));
   }
-  var shownNarrow = null;
+  var shownNarrow = null, shownKey = null, pending = false;
   function redraw() {
-    var state = active(), hi = state[0];
-    shownNarrow = narrow();
+    pending = false;
+    var state = active(), hi = state[0], isNarrow = narrow(), key = JSON.stringify(state);
+    if (key === shownKey && isNarrow === shownNarrow) return Promise.resolve();
+    shownNarrow = isNarrow;
+    shownKey = key;
     var data = ex.traces[hi].map(function (trace) {
       var b = trace.meta.example, h = trace.meta.head;
       var z = ex.weights[hi][b][state[1 + b]][h];
-      return Object.assign({}, trace, {z: z, text: hoverText(z)});
+      return Object.assign({}, trace, {z: z, text: hoverText([hi, b, state[1 + b], h].join(), z)});
     });
-    var layout = (shownNarrow ? ex.narrow_layouts : ex.layouts)[hi];
+    var layout = (isNarrow ? ex.narrow_layouts : ex.layouts)[hi];
     gd.style.height = layout.height + "px";
     labels(state);
-    gd.dataset.state = JSON.stringify(state);
-    return Plotly.react(gd, data, layout, config);
+    gd.dataset.state = key;
+    return Plotly.react(gd, data, layout, config).then(function () {
+      if (shownKey === key) gd.dataset.drawn = key;  // for tests: the figure shows this state
+    });
   }
-  inputs.forEach(function (input) { input.addEventListener("input", redraw); });
+  // a drag sends many input events: draw once per frame, the latest position
+  function later() {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(redraw);
+  }
+  inputs.forEach(function (input) { input.addEventListener("input", later); });
   window.addEventListener("resize", function () { if (narrow() !== shownNarrow) redraw(); });
   gd.mhaExplorer = {states: ex, redraw: redraw};
   redraw();
