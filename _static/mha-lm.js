@@ -105,6 +105,7 @@
     var tok = exported.tokenizer;
     this.vocab = tok.vocab; this.padId = tok.pad_id; this.unkId = tok.unk_id;
     this.pattern = tok.pattern;
+    this.tokenPattern = new RegExp(tok.pattern, "gu");  // the syntax means the same in Python's regex
     this.names = {};
     tok.names.forEach(function (name) { self.names[name] = true; });
     this.ids = Object.create(null);
@@ -238,16 +239,15 @@
     return {ids: ids.slice(), weights: weights, logits: logits, continuation: continuation, cache: cache};
   };
 
-  /* As mha_lib.stories.Tokenizer.tokenize, for any text a reader types: a word is a run of
-   * letters of any script (with inner apostrophes: "mia's"), so "Zoë", "café" and "東京" stay
-   * whole (and unknown); a number is a run of digits; any other visible character is one token
-   * (the model's punctuation, or a sign it lacks, marked unknown). On ASCII text this is the
-   * exported pattern ([a-z]+(?:'[a-z]+)*|[0-9]+|\S) exactly; the text is NFC-normalised first,
-   * so an accent typed as a combining mark joins its letter. */
-  var TOKEN_RE = /\p{L}[\p{L}\p{M}]*(?:'\p{L}[\p{L}\p{M}]*)*|\p{Nd}+|\S/gu;
+  /* As mha_lib.stories.Tokenizer.tokenize, for any text a reader types: NFC (an accent typed as
+   * a combining mark joins its letter), lower case, curly quotes as straight ones, then the
+   * library's own pattern (Tokenizer.pattern, exported with the model): a word is a run of
+   * letters of any script with their marks (and inner apostrophes: "mia's"), so "Zoë", "café"
+   * and "東京" stay whole (and unknown); a number is a run of digits; any other visible
+   * character is one token (the model's punctuation, or a sign it lacks, marked unknown). */
   Model.prototype.tokenize = function (text) {
     var lower = text.normalize("NFC").toLowerCase().replace(/\u2019/g, "'").replace(/\u2018/g, "'");
-    var found = lower.match(TOKEN_RE) || [], tokens = [];
+    var found = lower.match(this.tokenPattern) || [], tokens = [];
     found.forEach(function (token) {
       if (token.length > 2 && token.slice(-2) === "'s") tokens.push(token.slice(0, -2), "'s");
       else tokens.push(token);
@@ -284,8 +284,9 @@
   };
 
   // --- the explorer's reading of a text ---------------------------------------------------------
-  function editDistance(a, b) {
+  function editDistance(a, b) {  // over code points, as Python's str
     var prev = [], cur, i, j;
+    a = Array.from(a); b = Array.from(b);
     for (j = 0; j <= b.length; j++) prev.push(j);
     for (i = 1; i <= a.length; i++) {
       cur = [i];
@@ -297,7 +298,7 @@
     return prev[b.length];
   }
 
-  function isWord(token) { return /^\p{L}/u.test(token); }
+  function isWord(token) { return /^\p{L}/u.test(token); }  // a letter first, as text_explorer._is_word
 
   /* Up to three known tokens to try instead of the unknown `token` at position i (as
    * mha_lib.viz.text_explorer._suggestions). For a word: the closest known spelling (if it is
@@ -317,7 +318,7 @@
     if (!word) return (expected.length ? expected : candidates.map(function (v) { return vocab[v]; })).slice(0, 3);
     var close = candidates.map(function (v) { return [editDistance(token, vocab[v]), vocab[v]]; })
       .sort(function (a, b) { return a[0] - b[0] || (a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0); });
-    if (close[0][0] <= Math.max(1, Math.floor(token.length / 3))) out.push(close[0][1]);
+    if (close[0][0] <= Math.max(1, Math.floor(Array.from(token).length / 3))) out.push(close[0][1]);
     expected.concat(close.map(function (c) { return c[1]; })).forEach(function (t) {
       if (out.length < 3 && out.indexOf(t) < 0) out.push(t);
     });
@@ -372,20 +373,32 @@
             rowPx: rowPx, margin: margin, height: Math.round(margin.t + rows * rowPx + margin.b)};
   }
 
+  /* Hover texts: row i names query i and the keys it sees (0..i; later keys are gaps, never
+   * hovered). A row depends only on the tokens up to i, so typing at the end of a long text
+   * reuses the rows before the change instead of building L x L strings at every keystroke. */
+  var hoverMemo = {words: [], rows: []};
+  function hoverRows(state) {
+    var unknown = {}, i = 0;
+    state.unknown.forEach(function (u) { unknown[u.token] = true; });
+    var words = state.tokens.map(function (t, j) { return j + ": " + t + (unknown[t] ? " (unknown)" : ""); });
+    while (i < words.length && i < hoverMemo.words.length && words[i] === hoverMemo.words[i]) i++;
+    var rows = hoverMemo.rows.slice(0, i);
+    for (; i < words.length; i++) {
+      var row = [];
+      for (var j = 0; j <= i; j++) row.push("query " + words[i] + "<br>key " + words[j]);
+      rows.push(row);
+    }
+    hoverMemo = {words: words, rows: rows};
+    return rows;
+  }
+
   function figure(model, state, layer, width, narrow) {
     var L = state.tokens.length, H = model.H, N = model.N;
     var grid = panelGrid(state.tokens, H, width, narrow);
     var plotH = grid.height - grid.margin.t - grid.margin.b;
     var ticks = [], labels = [];
     for (var i = 0; i < L; i += grid.step) { ticks.push(i); labels.push(state.tokens[i]); }
-    var unknown = {};
-    state.unknown.forEach(function (u) { unknown[u.token] = true; });
-    var hover = state.tokens.map(function (query, qi) {
-      return state.tokens.map(function (key, kj) {
-        return "query " + qi + ": " + query + (unknown[query] ? " (unknown)" : "") +
-               "<br>key " + kj + ": " + key + (unknown[key] ? " (unknown)" : "");
-      });
-    });
+    var hover = hoverRows(state);
     var data = [], layout = {
       height: grid.height, margin: grid.margin, showlegend: false,
       plot_bgcolor: "rgba(0,0,0,0)", annotations: [], shapes: [],

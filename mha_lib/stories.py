@@ -24,18 +24,21 @@ Nothing here is copied from anywhere.
 
 The :class:`Tokenizer` lower-cases, splits punctuation and the possessive ``'s`` into tokens of
 their own and maps a word it does not know to ``<unk>`` (never an exception); ``decode`` puts
-capitals and spacing back, so ``decode(encode(story.text)) == story.text``.
+capitals and spacing back, so ``decode(encode(story.text)) == story.text``. Any text can be
+typed: a word in any script stays one token ("zoë", "café", "東京", unknown to the model), and
+the page's explorer (``_static/mha-lm.js``) splits with the same pattern, :attr:`Tokenizer.pattern`.
 """
 
 from __future__ import annotations
 
 import numbers
 import random
-import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import regex
 import torch
 from torch import Tensor
 
@@ -97,7 +100,10 @@ GENDER = {**{name: "f" for name in _FEMALE}, **{name: "m" for name in _MALE}}
 """The gender of every name (``"f"`` or ``"m"``), which fixes its pronouns."""
 
 _PUNCTUATION = {".", ",", "'s", "!", "?", ":"}
-_TOKEN_RE = re.compile(r"[a-z]+(?:'[a-z]+)*|[0-9]+|\S")
+_TOKEN_RE = regex.compile(r"\p{L}[\p{L}\p{M}]*(?:'\p{L}[\p{L}\p{M}]*)*|\p{Nd}+|[^\p{White_Space}]")
+"""A word (letters of any script with their marks, inner apostrophes: ``mia's``), a number
+(decimal digits of any script) or any other visible character. The syntax is the one both
+Python's ``regex`` and JavaScript's ``RegExp(pattern, "u")`` read, with the same meaning."""
 _MAX_STORIES = 10**6
 """The most stories one call writes (a million stories are about a gigabyte of Python objects)."""
 
@@ -139,8 +145,10 @@ class Story:
 class Tokenizer:
     """Word-level tokenizer of the stories' vocabulary.
 
-    ``tokenize`` lower-cases the text and splits it into words, numbers, the possessive
-    ``'s`` and single punctuation characters; curly quotes count as straight ones. ``encode``
+    ``tokenize`` normalises the text (Unicode NFC: an accent typed as a combining mark joins its
+    letter), lower-cases it and splits it into words (runs of letters of any script, so "Zoë"
+    and "東京" stay whole), numbers, the possessive ``'s`` and single other characters (a
+    punctuation mark, a symbol, an emoji); curly quotes count as straight ones. ``encode``
     maps each token to its id, a word outside the vocabulary to ``unk_id``. ``decode`` joins
     tokens with spaces (none before punctuation or ``'s``) and capitalises names and the first
     word of every sentence.
@@ -154,7 +162,8 @@ class Tokenizer:
     unk_id = 1
     """Id of ``<unk>``: every word outside the vocabulary."""
     pattern = _TOKEN_RE.pattern
-    """The regular expression that finds the tokens of lower-cased text."""
+    """The regular expression that finds the tokens of normalised, lower-cased text (the page's
+    tokenizer, ``_static/mha-lm.js``, compiles this string as ``new RegExp(pattern, "gu")``)."""
 
     def __init__(self, vocab: Sequence[str] | None = None) -> None:
         if vocab is None:
@@ -229,7 +238,7 @@ def _is_int(value: object) -> bool:
 
 def _tokenize(text: str) -> list[str]:
     """:meth:`Tokenizer.tokenize` of a str."""
-    text = text.lower().replace("\u2019", "'").replace("\u2018", "'")
+    text = unicodedata.normalize("NFC", text).lower().replace("\u2019", "'").replace("\u2018", "'")
     tokens = []
     for token in _TOKEN_RE.findall(text):
         if token.endswith("'s") and len(token) > 2:

@@ -38,54 +38,76 @@ CONTROLS_ID = DIV_ID + "-controls"
 # range input (mouse, touch, keyboard) redraws the figure with Plotly.react: the chosen head
 # count's traces holding the stored weights of each example's chosen valid length, and that head
 # count's layout (the phone layout when the figure's box is narrow). The figure's div takes the
-# layout's height each time, so the page below it moves down instead of being covered.
+# layout's height each time, so the page below it moves down instead of being covered. A drag's
+# many input events are drawn once per animation frame (the latest position), hover texts are
+# built once per stored state, and once plotly has drawn a state the div's data-drawn says which.
 _REDRAW_JS = """
 (function () {
   var gd = document.getElementById("__DIV__");
   var ex = __STATES__;
   var config = {responsive: true, displaylogo: false, displayModeBar: false};
-  var inputs = Array.prototype.slice.call(
-    document.querySelectorAll("#__CONTROLS__ input[type=range]"));  // heads, then one per example
+  // the heads input (absent when the module fixes H), then one valid length per example
+  var headsInput = document.getElementById("__CONTROLS__-heads");
+  var lenInputs = Array.prototype.slice.call(
+    document.querySelectorAll("#__CONTROLS__ input[type=range]")).filter(function (i) { return i !== headsInput; });
+  var inputs = (headsInput ? [headsInput] : []).concat(lenInputs);
   function narrow() {
     return window.mhaIsNarrow ? window.mhaIsNarrow(gd) : (gd.parentElement || gd).clientWidth < 560;
   }
-  function hoverText(z) {
-    return z.map(function (row) {
+  var hoverCache = {};  // hover texts of a stored state, built once
+  function hoverText(key, z) {
+    return hoverCache[key] || (hoverCache[key] = z.map(function (row) {
       return row.map(function (w) { return w === null ? "masked" : "weight " + w.toFixed(3); });
-    });
+    }));
   }
-  function active() { return inputs.map(function (input) { return Number(input.value); }); }
+  function active() {  // [head count index, valid length of each example]
+    return [headsInput ? Number(headsInput.value) : ex.heads_index].concat(
+      lenInputs.map(function (input) { return Number(input.value); }));
+  }
   function describe(state) {
     var H = ex.heads[state[0]];
     var lens = state.slice(1).map(function (v, b) { return "example " + b + " sees " + v + " key" + (v === 1 ? "" : "s"); });
     return ex.description + " Now: " + H + " head" + (H === 1 ? "" : "s") + "; " + lens.join(", ") + ".";
   }
   function labels(state) {
-    inputs.forEach(function (input, i) {
-      var text = i === 0 ? ex.heads[state[0]] + (ex.heads[state[0]] === 1 ? " head" : " heads")
-                         : state[i] + " of " + input.max + " keys";
-      input.setAttribute("aria-valuetext", text);
-      var out = document.getElementById(input.id + "-value");
-      if (out) out.textContent = i === 0 ? String(ex.heads[state[0]]) : String(state[i]);
+    if (headsInput) {
+      var H = ex.heads[state[0]];
+      headsInput.setAttribute("aria-valuetext", H + (H === 1 ? " head" : " heads"));
+      document.getElementById(headsInput.id + "-value").textContent = String(H);
+    }
+    lenInputs.forEach(function (input, b) {
+      input.setAttribute("aria-valuetext", state[1 + b] + " of " + input.max + " keys");
+      document.getElementById(input.id + "-value").textContent = String(state[1 + b]);
     });
     gd.setAttribute("aria-label", describe(state));
   }
-  var shownNarrow = null;
+  var shownNarrow = null, shownKey = null, pending = false;
   function redraw() {
-    var state = active(), hi = state[0];
-    shownNarrow = narrow();
+    pending = false;
+    var state = active(), hi = state[0], isNarrow = narrow(), key = JSON.stringify(state);
+    if (key === shownKey && isNarrow === shownNarrow) return Promise.resolve();
+    shownNarrow = isNarrow;
+    shownKey = key;
     var data = ex.traces[hi].map(function (trace) {
       var b = trace.meta.example, h = trace.meta.head;
       var z = ex.weights[hi][b][state[1 + b]][h];
-      return Object.assign({}, trace, {z: z, text: hoverText(z)});
+      return Object.assign({}, trace, {z: z, text: hoverText([hi, b, state[1 + b], h].join(), z)});
     });
-    var layout = (shownNarrow ? ex.narrow_layouts : ex.layouts)[hi];
+    var layout = (isNarrow ? ex.narrow_layouts : ex.layouts)[hi];
     gd.style.height = layout.height + "px";
     labels(state);
-    gd.dataset.state = JSON.stringify(state);
-    return Plotly.react(gd, data, layout, config);
+    gd.dataset.state = key;
+    return Plotly.react(gd, data, layout, config).then(function () {
+      if (shownKey === key) gd.dataset.drawn = key;  // for tests: the figure shows this state
+    });
   }
-  inputs.forEach(function (input) { input.addEventListener("input", redraw); });
+  // a drag sends many input events: draw once per frame, the latest position
+  function later() {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(redraw);
+  }
+  inputs.forEach(function (input) { input.addEventListener("input", later); });
   window.addEventListener("resize", function () { if (narrow() !== shownNarrow) redraw(); });
   gd.mhaExplorer = {states: ex, redraw: redraw};
   redraw();
@@ -173,11 +195,14 @@ def static_explorer(
         if H == num_heads:
             initial_traces, initial_layout = traces, dict(layout)
     B, Lk = source.scene.batch_size, source.scene.num_keys
+    on = (f"the given MultiHeadAttention ({heads[0]} heads) on {B} example{'s' if B > 1 else ''}"
+          if source.fixed is not None else
+          f"MultiHeadAttention on {B} short sentence{'s' if B > 1 else ''}")
     description = (
-        f"Attention weights of MultiHeadAttention on {B} short sentence"
-        f"{'s' if B > 1 else ''}: one heatmap per example and head, keys left to right, "
+        f"Attention weights of {on}: one heatmap per example and head, keys left to right, "
         "queries top to bottom, colour from 0 (dark purple) to 1 (yellow), masked keys grey. "
-        "The controls above choose the number of heads and each example's valid length."
+        f"The controls above choose {'the number of heads and ' if len(heads) > 1 else ''}"
+        f"each example's valid length."
     )
     initial_layout.update(meta={
         "description": description,
@@ -200,10 +225,12 @@ def _range(input_id: str, label: str, value: int, maximum: int, shown: str) -> s
 
 
 def _controls_html(explorer: dict) -> str:
-    """The explorer's controls: a "Heads" range input and one "valid length" per example."""
+    """The explorer's controls: a "Heads" range input (a plain text when the module fixes H) and
+    one "valid length" per example."""
     heads, hi = explorer["heads"], explorer["heads_index"]
     B, Lk = explorer["batch_size"], explorer["num_keys"]
-    parts = [_range(f"{CONTROLS_ID}-heads", "Heads", hi, len(heads) - 1, str(heads[hi]))]
+    parts = [_range(f"{CONTROLS_ID}-heads", "Heads", hi, len(heads) - 1, str(heads[hi])) if len(heads) > 1
+             else f'<div class="mha-control mha-control-fixed">Heads: {heads[0]} (the model\'s)</div>']
     for b, v in enumerate(explorer["valid_lens"]):
         label = "Valid length" if B == 1 else f"Valid length of example {b}"
         parts.append(_range(f"{CONTROLS_ID}-len-{b}", label, v, Lk, str(v)))

@@ -27,7 +27,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import string
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -136,7 +135,8 @@ def _edit_distance(a: str, b: str) -> int:
 
 
 def _is_word(token: str) -> bool:
-    return token[:1] in string.ascii_lowercase and token[:1] != ""
+    """A word begins with a letter of any script (str.isalpha: Unicode's L), as the page's isWord."""
+    return token[:1].isalpha()
 
 
 def _suggestions(tokenizer: Tokenizer, token: str, position: int, logits: np.ndarray) -> list[str]:

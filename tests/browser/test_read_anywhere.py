@@ -25,6 +25,7 @@ from mha_lib.book.site_audit import _EXPLORERS, cut_off_blocks, key_presses_to, 
 PAGES = [p for p in toc_pages() if p not in ("index.html", "genindex.html", "search.html")]
 CHAPTER4 = "chapters/04_exploring_heads.html"
 CHAPTER12 = "chapters/12_language_model.html"
+CHAPTER7 = "chapters/07_head_importance.html"
 
 
 def _open(open_context, site_url: str, path: str, viewport: str, dark: bool = False):
@@ -163,14 +164,17 @@ def _figure_in_view_of(page, figure: str, control: str) -> list[float]:
 
 @pytest.mark.browser
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
-def test_chapter_4_keeps_its_controls_in_view_of_its_figure(open_context, site_url, viewport):
-    page = _open(open_context, site_url, CHAPTER4, viewport)
-    heads = page.locator("#mha-static-explorer-controls input[type=range]").first
-    heads.focus()
-    page.keyboard.press("End")  # 8 heads: the tallest figure
-    page.wait_for_function("() => document.getElementById('mha-static-explorer').data.length >= 16")
-    lost = _figure_in_view_of(page, "#mha-static-explorer", "#mha-static-explorer-controls-heads")
-    assert lost == [], f"the heads slider left the screen at scroll positions {lost}"
+@pytest.mark.parametrize("path, control", [(CHAPTER4, "heads"), (CHAPTER7, "len-0")])
+def test_static_explorers_keep_their_controls_in_view_of_their_figures(open_context, site_url, path,
+                                                                       control, viewport):
+    page = _open(open_context, site_url, path, viewport)
+    page.wait_for_function("() => document.getElementById('mha-static-explorer')?.dataset.drawn")
+    if control == "heads":
+        page.locator("#mha-static-explorer-controls-heads").focus()
+        page.keyboard.press("End")  # 8 heads: the tallest figure
+        page.wait_for_function("() => document.getElementById('mha-static-explorer').data.length >= 16")
+    lost = _figure_in_view_of(page, "#mha-static-explorer", f"#mha-static-explorer-controls-{control}")
+    assert lost == [], f"control {control} left the screen at scroll positions {lost}"
 
 
 @pytest.mark.browser

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import unicodedata
+from pathlib import Path
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mha_lib.stories import (
     _COLOURS,
@@ -18,6 +24,8 @@ from mha_lib.stories import (
 STORIES = sample_stories(400, 7)
 TOKENIZER = Tokenizer()
 SUBJECT, OBJECT, POSSESSIVE = 0, 1, 2
+# Typed text and its tokens; tests/browser/test_tokenizer_agrees.py runs the page's tokenizer on them too.
+TOKENIZER_CASES = json.loads((Path(__file__).parent / "tokenizer_cases.json").read_text())
 
 
 def _sentence_start(tokens: list[str], i: int) -> int:
@@ -124,6 +132,28 @@ def test_tokenizer_splits_typed_text_sensibly():
     assert TOKENIZER.tokenize("Mia's KITE is red!") == ["mia", "'s", "kite", "is", "red", "!"]
     assert TOKENIZER.tokenize("Leo\u2019s  ball,is blue.") == ["leo", "'s", "ball", ",", "is", "blue", "."]
     assert TOKENIZER.tokenize("") == [] and TOKENIZER.encode("   ") == []
+
+
+@pytest.mark.parametrize("case", TOKENIZER_CASES, ids=lambda c: c["why"])
+def test_typed_text_of_any_script_splits_as_the_table_says(case):
+    assert TOKENIZER.tokenize(case["text"]) == case["tokens"]
+
+
+def test_words_with_accents_or_other_scripts_stay_whole_and_unknown():
+    text = "Zo\u00eb's caf\u00e9 \u2014 \u6771\u4eac"  # "Zoë's café — 東京"
+    assert TOKENIZER.tokenize(text) == ["zo\u00eb", "'s", "caf\u00e9", "\u2014", "\u6771\u4eac"]
+    assert TOKENIZER.unknown(text) == ["zo\u00eb", "caf\u00e9", "\u2014", "\u6771\u4eac"]
+    assert TOKENIZER.tokenize("Zoe\u0308") == TOKENIZER.tokenize("Zo\u00eb")  # a combining accent joins
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(st.characters(exclude_categories=("Cs", "Cn"))))
+def test_tokens_cover_every_visible_character_of_the_text(text):
+    tokens = TOKENIZER.tokenize(text)
+    lowered = unicodedata.normalize("NFC", text).lower().replace("\u2019", "'").replace("\u2018", "'")
+    assert "".join(tokens) == "".join(c for c in lowered if not c.isspace() or c in "\x1c\x1d\x1e\x1f")
+    assert all(t and not any(c.isspace() and c not in "\x1c\x1d\x1e\x1f" for c in t) for t in tokens)
+    assert len(TOKENIZER.encode(text)) == len(tokens)
 
 
 def test_unknown_words_become_unk_never_an_exception():

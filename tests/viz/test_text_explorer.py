@@ -115,6 +115,18 @@ def test_unknown_words_are_marked_with_known_ones_to_try(model):
     assert explorer.reading.unknown == [] and "does not know" not in explorer.tokens.value
 
 
+def test_words_of_any_script_are_whole_unknown_words_with_words_to_try(model):
+    explorer = explore_text(model, TOKENIZER, text="Zoe\u0308's caf\u00e9 \u2014 \u6771\u4eac Mia")  # "ë" as e + a mark
+    reading = explorer.reading
+    assert reading.tokens == ["zo\u00eb", "'s", "caf\u00e9", "\u2014", "\u6771\u4eac", "mia"]
+    assert [u[0] for u in reading.unknown] == ["zo\u00eb", "caf\u00e9", "\u2014", "\u6771\u4eac"]
+    punctuation = {".", ",", "!", "?", ":", "'s"}
+    tries = {token: tries for token, _, tries in reading.unknown}
+    assert tries["zo\u00eb"] and not set(tries["zo\u00eb"] + tries["caf\u00e9"]) & punctuation  # words for words
+    assert tries["zo\u00eb"][0] == "zoe"  # the closest spelling first
+    assert set(tries["\u2014"]) <= punctuation and tries["\u6771\u4eac"] == []  # a sign; past 3 rows
+
+
 def test_suggestions_follow_the_spelling_and_the_model(model):
     logits = np.zeros((3, TOKENIZER.vocab_size))
     logits[1, TOKENIZER.vocab.index("ball")] = 5.0  # what the "model" expects at position 2

@@ -146,7 +146,7 @@ def test_transposition_figure_bad_input(kwargs, match):
 
 from mha_lib.viz import explore, static_explorer, static_explorer_html  # noqa: E402
 from mha_lib.viz.scene import make_source, seeded_model, sentence_scene  # noqa: E402
-from mha_lib.viz.static_explorer import DIV_ID  # noqa: E402
+from mha_lib.viz.static_explorer import CONTROLS_ID, DIV_ID  # noqa: E402
 
 
 def _shown(fig):
@@ -234,6 +234,23 @@ def test_static_explorer_single_example_and_html():
         static_explorer(decimals=0)
     source = make_source(queries=x, d_model=4)
     assert source.head_choices == (1, 2, 4)
+
+
+def test_static_explorer_of_a_given_module_moves_only_the_valid_lengths():
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(1))
+    mha = seeded_model(sentence_scene(), 4, 8, seed=3)
+    fig = static_explorer(mha=mha, queries=x, tokens=[list("abcde")] * 2, valid_lens=[3, 5])
+    explorer = fig.layout.meta["explorer"]
+    assert explorer["heads"] == [4] and explorer["heads_index"] == 0
+    html = static_explorer_html(fig)
+    assert html.count('type="range"') == 2 and f'id="{CONTROLS_ID}-heads"' not in html  # no slider for H
+    assert "Heads: 4 (the model's)" in html and "Valid length of example 1: <output" in html
+    assert "given MultiHeadAttention (4 heads) on 2 examples" in explorer["description"]
+    assert "number of heads" not in explorer["description"]
+    with torch.no_grad():
+        _, expected = mha(x, x, x, torch.tensor([2, 2]), need_weights=True)  # (B, H, Lq, Lk)
+    stored = np.array(explorer["weights"][0][1][2], dtype=float)  # example 1, valid length 2
+    np.testing.assert_allclose(np.nan_to_num(stored), expected[1].numpy(), atol=6e-5)
 
 
 def test_attention_weights_restores_mode_and_threads():
