@@ -16,7 +16,7 @@ Transformer Circuits"):
 With a token embedding ``E`` (V, D) and an unembedding ``U`` (V, D) the circuits become
 V x V tables that can be read token by token (Elhage et al., 2021):
 
-* :func:`token_k_composition`: ``E W_QK^h2 W_OV^h1^T E^T / sqrt(d)``, the score a later
+* :func:`token_k_composition`: ``E W_QK^h2 W_OV^h1 E^T / sqrt(d)``, the score a later
   head ``h2`` adds when its query holds token ``a`` and its key holds what an earlier head
   ``h1`` wrote after reading token ``b``;
 * :func:`token_ov_circuits`: ``E W_OV^h^T U^T``, how much the head, reading token ``b``,
@@ -200,7 +200,7 @@ def token_k_composition(earlier: MultiHeadAttention, later: MultiHeadAttention,
     writes ``E[b] W_OV^h1^T`` into the stream; head ``h2`` of ``later`` reads that through its
     keys and compares it with a query that holds token ``a``:
 
-        ``table[h2, h1, a, b] = E[a] W_QK^h2 W_OV^h1^T E[b]^T / sqrt(d)``
+        ``table[h2, h1, a, b] = E[a] W_QK^h2 W_OV^h1 E[b]^T / sqrt(d)``
 
     the part of the score (before the softmax) that this path adds, in the units of the layer's
     scores. A head that matches a token with "the token before the key", written by a
