@@ -13,6 +13,17 @@ Transformer Circuits"):
   layer's output is the sum over heads of ``A^h X_v W_OV^h^T`` (A^h the head's weights), plus
   ``W_o``'s bias. Rank at most d too.
 
+With a token embedding ``E`` (V, D) and an unembedding ``U`` (V, D) the circuits become
+V x V tables that can be read token by token (Elhage et al., 2021):
+
+* :func:`token_k_composition`: ``E W_QK^h2 W_OV^h1 E^T / sqrt(d)``, the score a later
+  head ``h2`` adds when its query holds token ``a`` and its key holds what an earlier head
+  ``h1`` wrote after reading token ``b``;
+* :func:`token_ov_circuits`: ``E W_OV^h^T U^T``, how much the head, reading token ``b``,
+  raises the logit of each token;
+* :func:`diagonal_scores` and :func:`copying_scores` say how much such a table matches a
+  token with itself.
+
 Shape legend
     B    batch size
     H    number of heads
@@ -25,10 +36,12 @@ Shape legend
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from mha_lib._checks import check_tensor
 from mha_lib._modes import eval_mode
 from mha_lib.attention import check_qkv
 from mha_lib.multihead import MultiHeadAttention
@@ -36,10 +49,14 @@ from mha_lib.multihead import MultiHeadAttention
 __all__ = [
     "circuit_ranks",
     "composition_scores",
+    "copying_scores",
+    "diagonal_scores",
     "head_writes",
     "ov_circuits",
     "qk_circuits",
     "scores_from_circuits",
+    "token_k_composition",
+    "token_ov_circuits",
 ]
 
 
@@ -173,6 +190,137 @@ def composition_scores(earlier: MultiHeadAttention, later: MultiHeadAttention,
         product = W_OV.transpose(-2, -1) @ reader  # (H2, H1, Dv, Dk)
     norms = torch.linalg.matrix_norm(reader) * torch.linalg.matrix_norm(W_OV)  # (H2, H1)
     return torch.linalg.matrix_norm(product) / norms
+
+
+def token_k_composition(earlier: MultiHeadAttention, later: MultiHeadAttention,
+                        embedding: Tensor) -> Tensor:
+    """K-composition token by token: the score ``later``'s heads add for what ``earlier`` wrote.
+
+    Head ``h1`` of ``earlier`` reads the embedding ``E[b]`` of a token ``b`` as its value and
+    writes ``E[b] W_OV^h1^T`` into the stream; head ``h2`` of ``later`` reads that through its
+    keys and compares it with a query that holds token ``a``:
+
+        ``table[h2, h1, a, b] = E[a] W_QK^h2 W_OV^h1 E[b]^T / sqrt(d)``
+
+    the part of the score (before the softmax) that this path adds, in the units of the layer's
+    scores. A head that matches a token with "the token before the key", written by a
+    previous-token head ``h1``, has a table with a large diagonal (Elhage et al., 2021).
+    Only this path is in the table: the query's and key's own positions and tokens add more
+    terms to the score.
+
+    Shapes:
+        embedding: (V, D_in), ``E``, one row per token, read by earlier's values and later's queries
+        returns: (H_later, H_earlier, V, V): queries' tokens ``a`` on rows, the token ``b``
+            the writer read on columns.
+
+    Raises:
+        ValueError: layers that are not bias-free MultiHeadAttention, an embedding that is not
+            a 2-D floating-point tensor, or widths that do not match.
+    """
+    _check_layer(earlier)
+    _, d = _check_layer(later)
+    E = _check_embedding(embedding, "embedding", earlier.W_v.in_features, "earlier's value_size")
+    _check_embedding(embedding, "embedding", later.W_q.in_features, "later's query_size")
+    if earlier.W_o.out_features != later.W_k.in_features:
+        raise ValueError(f"later's key_size ({later.W_k.in_features}) must equal earlier's output "
+                         f"width ({earlier.W_o.out_features}): the two layers share a residual stream")
+    QK = qk_circuits(later).to(E.dtype)[:, None]  # (H2, 1, Dq, D)
+    OV = ov_circuits(earlier).to(E.dtype)[None]  # (1, H1, D, Dv)
+    # (V, Dq) @ (H2, 1, Dq, D) @ (1, H1, D, Dv) @ (Dv, V) -> (H2, H1, V, V)
+    return E @ QK @ OV @ E.T / math.sqrt(d)
+
+
+def token_ov_circuits(mha: MultiHeadAttention, embedding: Tensor, unembedding: Tensor) -> Tensor:
+    """Every head's OV circuit token by token: ``E W_OV^h^T U^T``.
+
+    Row ``b`` of head ``h`` is what the head adds to the logits (``U``'s bias left out) when
+    it puts all its weight on a value holding token ``b``. A *copying* head raises the
+    logit of ``b`` itself: its table has a large diagonal and mostly positive eigenvalues
+    (:func:`copying_scores`).
+
+    Shapes:
+        embedding: (V, value_size), ``E``; unembedding: (V_out, D), ``U`` (``nn.Linear(D, V_out).weight``)
+        returns: (H, V, V_out): the token read on rows, the logit raised on columns.
+
+    Raises:
+        ValueError: as :func:`qk_circuits`, or tables that are not 2-D floating-point
+            tensors of the layer's widths.
+    """
+    _check_layer(mha)
+    E = _check_embedding(embedding, "embedding", mha.W_v.in_features, "value_size")
+    U = _check_embedding(unembedding, "unembedding", mha.W_o.out_features, "the output width D")
+    OV = ov_circuits(mha).to(E.dtype)  # (H, D, Dv)
+    # (V, Dv) @ (H, Dv, D) @ (D, V_out) -> (H, V, V_out)
+    return E @ OV.transpose(-2, -1) @ U.to(E.dtype).T
+
+
+class _DiagonalScores(NamedTuple):
+    """How much square tables single out their diagonal, each of shape (...,)."""
+
+    top_fraction: Tensor
+    """Fraction of rows whose diagonal entry is larger than every other entry of the row."""
+    z_score: Tensor
+    """Mean over the rows of ``(diagonal - row mean) / row standard deviation`` (0 for a
+    constant row)."""
+
+
+def diagonal_scores(tables: Tensor) -> _DiagonalScores:
+    """How strongly each square table matches a row with its own column.
+
+    Shapes:
+        tables: (..., V, V), e.g. from :func:`token_k_composition` or :func:`token_ov_circuits`
+        returns: two (...,) tensors, see the fields.
+
+    Raises:
+        ValueError: tables that are not floating-point, square (V >= 2) and finite.
+    """
+    T = _check_square(tables)
+    diagonal = T.diagonal(dim1=-2, dim2=-1)  # (..., V)
+    eye = torch.eye(T.shape[-1], dtype=torch.bool)  # (V, V)
+    others = T.masked_fill(eye, -math.inf).amax(dim=-1)  # (..., V): each row's largest off the diagonal
+    top = (diagonal > others).to(T.dtype).mean(dim=-1)  # (..., V) -> (...,)
+    mean, std = T.mean(dim=-1), T.std(dim=-1)  # (..., V) each
+    z = torch.where(std > 0, (diagonal - mean) / std.clamp(min=torch.finfo(T.dtype).tiny), 0.0)
+    return _DiagonalScores(top, z.mean(dim=-1))
+
+
+def copying_scores(tables: Tensor) -> Tensor:
+    """Elhage et al.'s copying score of square tables: ``sum(eigenvalues) / sum(|eigenvalues|)``.
+
+    1 when every eigenvalue is positive (the table maps each token mostly onto itself), -1
+    when every one is negative (it pushes the token it reads *down*), near 0 for a random
+    table. The numerator is the trace, the denominator at least as large (0 for a zero table,
+    whose score is 0). Computed in float64.
+
+    Shapes:
+        tables: (..., V, V), e.g. from :func:`token_ov_circuits`; returns (...,)
+
+    Raises:
+        ValueError: as :func:`diagonal_scores`.
+    """
+    T = _check_square(tables)
+    eigenvalues = torch.linalg.eigvals(T.double())  # (..., V) complex
+    total = eigenvalues.abs().sum(dim=-1)  # (...,)
+    score = torch.where(total > 0, eigenvalues.real.sum(dim=-1) / total.clamp(min=1e-300), 0.0)
+    return score.to(T.dtype)
+
+
+def _check_square(tables: object) -> Tensor:
+    T = check_tensor(tables, "tables", tuple(range(2, 9)))
+    if T.shape[-1] != T.shape[-2] or T.shape[-1] < 2:
+        raise ValueError(f"tables must be square (..., V, V) with V >= 2, got shape {tuple(T.shape)}")
+    if not torch.isfinite(T).all():
+        raise ValueError("tables must be finite, got NaN or infinity")
+    return T.detach()
+
+
+def _check_embedding(table: object, name: str, width: int, setting: str) -> Tensor:
+    """A (V, width) floating-point table (an embedding's or unembedding's weight), detached."""
+    E = check_tensor(table, name, 2)
+    if E.shape[1] != width or E.shape[0] < 1:
+        raise ValueError(f"{name} must have shape (V, {width}) with {width} = {setting}, "
+                         f"got {tuple(E.shape)}")
+    return E.detach()
 
 
 def _check_layer(mha: object) -> tuple[int, int]:
