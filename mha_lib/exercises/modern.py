@@ -343,7 +343,10 @@ def check_left_padding_mask(fn: Callable) -> bool:
         qkv = tuple(torch.randn(len(pads), L, 4, generator=g) for _ in range(3))
 
         def run(pad_lens, L=L, qkv=qkv):
-            return call_student(lambda p: _attend_real_queries(*qkv, fn(p, L), p), pad_lens)
+            mask = call_student(fn, pad_lens, L)
+            if not isinstance(mask, Tensor):  # (None from a missing return would mean "no mask")
+                return mask  # the runner names what came instead of a tensor
+            return call_student(lambda m: _attend_real_queries(*qkv, m, pad_lens), mask)
 
         cases.append(Case(f"pad_lens={pads}, L={L}", run_student=run, inputs=(pad_lens,),
                           variant=lambda spec, p=pad_lens, L=L, qkv=qkv: _left_padding_variant(

@@ -65,7 +65,10 @@ def test_a_stub_and_a_wrong_kind_of_result(capsys):
     assert not check_left_padding_mask(stub)
     assert "not implemented yet" in capsys.readouterr().out
     assert not check_left_padding_mask(lambda p, L: [[True]])
-    assert "raised" in capsys.readouterr().out
+    assert "returned list, not a tensor" in capsys.readouterr().out
+    # None must not pass for "no mask" (F.scaled_dot_product_attention's attn_mask=None)
+    assert not check_left_padding_mask(lambda p, L: None)
+    assert "returned NoneType, not a tensor" in capsys.readouterr().out
 
 
 def test_the_checker_leaves_pad_lens_alone(capsys):
