@@ -47,8 +47,9 @@ EXPERIMENTS: dict[str, Experiment] = {
             name="positions",
             question="Does a decoder need positions, and which kind?",
             claim="Without positions or a mask attention sees a set and fails; a causal mask alone "
-                  "recovers only a little of the order; learned, sinusoidal and rotary positions solve the "
-                  "task at the training length, and only rotary still solves it at twice the length.",
+                  "recovers a little of the order in the same steps; learned, sinusoidal and rotary "
+                  "positions solve the task at the training length, and only rotary still solves it "
+                  "at twice the length.",
             variants=("none", "causal", "learned", "sinusoidal", "rotary"), metric="accuracy_2x",
             higher_is_better=True, steps=600,
             differs="learned positions add a 32 x 32 table; the others add no parameters",
