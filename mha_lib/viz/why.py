@@ -102,18 +102,19 @@ def split_weights_figure(seed: int | str = 0, results: dict | None = None) -> go
     if str(seed) not in seeds:
         raise ValueError(f"seed must be one of the shipped seeds {seeds}, got {seed!r}")
     order = [str(seed)] + [s for s in seeds if s != str(seed)]
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("H = 1", "H = 2, head 0", "H = 2, head 1"),
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("H = 1", "H = 2: h = 0", "H = 2: h = 1"),
                         horizontal_spacing=0.06, shared_yaxes=True)
     for s in order:
         one, two = runs[s]["H=1"]["extra"], runs[s]["H=2"]["extra"]
         labels = [f"{i}:{t}" for i, t in enumerate(one["tokens"])]
         for col, z in enumerate((one["weights"][0], *two["weights"][:2]), start=1):
             fig.add_heatmap(z=z, x=labels, y=labels, zmin=0, zmax=1, colorscale="Viridis", row=1, col=col,
-                            showscale=col == 3, colorbar=dict(title="weight", thickness=10),
+                            showscale=col == 3, colorbar=dict(title=dict(text="weight", side="right"), thickness=10),
                             hovertemplate="query %{y}, key %{x}: %{z:.2f}<extra></extra>")
     fig.update_yaxes(autorange="reversed", title_text="query (position:digit)", col=1)
     fig.update_xaxes(title_text="key", tickangle=-90, tickfont=dict(size=9))
     fig.update_yaxes(tickfont=dict(size=9))
+    fig.update_annotations(font_size=12)  # the panel titles: side by side on a 390 px phone
     _seed_slider(fig, order, 3)
     fig.update_layout(height=400, margin=dict(l=70, r=10, t=50, b=60))
     return _describe(fig, "Attention weights on one held-out example, keys on x and queries on y: "
@@ -146,8 +147,8 @@ def scale_figure(results: dict | None = None) -> go.Figure:
     """The softmax at initialisation with and without 1/sqrt(d), a dot per seed: its entropy
     (nats), its largest weight, and the norm of its Jacobian (the gradient it passes on)."""
     runs, seeds = _experiment_runs("scale", results)
-    panels = (("entropy_init", "entropy (nats)"), ("max_weight_init", "largest weight"),
-              ("softmax_gradient_init", "softmax gradient"))
+    panels = (("entropy_init", "entropy<br>(nats)"), ("max_weight_init", "largest<br>weight"),
+              ("softmax_gradient_init", "softmax<br>gradient"))  # two lines: side by side on a phone
     fig = make_subplots(rows=1, cols=3, subplot_titles=[t for _, t in panels], horizontal_spacing=0.12)
     variants = EXPERIMENTS["scale"].variants
     for col, (metric, _) in enumerate(panels, start=1):
@@ -157,7 +158,10 @@ def scale_figure(results: dict | None = None) -> go.Figure:
                             legendgroup=seed, showlegend=col == 1, row=1, col=col,
                             hovertemplate=f"seed {seed}, " + "%{x}: %{y:.3f}<extra></extra>")
         fig.update_yaxes(rangemode="tozero", row=1, col=col)
-    fig.update_layout(title="At initialisation, d = 128", height=360, margin=_MARGIN,
+        fig.update_xaxes(range=[-0.7, 1.7], tickvals=list(variants), ticktext=["1/√d", "none"],
+                         row=1, col=col)  # short labels, clear of the y ticks, on a phone too
+    fig.update_annotations(font_size=12)
+    fig.update_layout(title="At initialisation, d = 128", height=400, margin={**_MARGIN, "t": 100},
                       legend=dict(orientation="h", y=-0.25))
     return _describe(fig, "The softmax of a freshly initialised head with d = 128, with and without "
                           "dividing the scores by sqrt(d): its entropy, its largest weight and its "
