@@ -81,23 +81,42 @@ _REDRAW_JS = """
     });
     gd.setAttribute("aria-label", describe(state));
   }
-  var shownNarrow = null, shownKey = null, pending = false;
+  var shownNarrow = null, shownKey = null, shown = null, pending = false;
   function redraw() {
     pending = false;
     var state = active(), hi = state[0], isNarrow = narrow(), key = JSON.stringify(state);
     if (key === shownKey && isNarrow === shownNarrow) return Promise.resolve();
-    shownNarrow = isNarrow;
-    shownKey = key;
     var data = ex.traces[hi].map(function (trace) {
       var b = trace.meta.example, h = trace.meta.head;
       var z = ex.weights[hi][b][state[1 + b]][h];
       return Object.assign({}, trace, {z: z, text: hoverText([hi, b, state[1 + b], h].join(), z)});
     });
+    // only valid lengths changed: restyle the changed examples' traces, nothing else
+    var changed = [];
+    if (shown && shown[0] === hi && isNarrow === shownNarrow && gd.mhaSource
+        && (gd.dataset.mhaTheme === "dark") === (document.documentElement.dataset.theme === "dark")) {
+      data.forEach(function (trace, i) {
+        if (state[1 + trace.meta.example] !== shown[1 + trace.meta.example]) changed.push(i);
+      });
+    }
     var layout = (isNarrow ? ex.narrow_layouts : ex.layouts)[hi];
+    var wasKey = shownKey;
+    shownNarrow = isNarrow;
+    shownKey = key;
+    shown = state;
     gd.style.height = layout.height + "px";
     labels(state);
     gd.dataset.state = key;
-    return Plotly.react(gd, data, layout, config).then(function () {
+    var done;
+    if (changed.length && wasKey !== null) {
+      gd.mhaSource.data = data;  // what a theme switch redraws from
+      done = Plotly.restyle(gd, {
+        z: changed.map(function (i) { return data[i].z; }),
+        text: changed.map(function (i) { return data[i].text; })}, changed);
+    } else {
+      done = Plotly.react(gd, data, layout, config);
+    }
+    return done.then(function () {
       if (shownKey === key) gd.dataset.drawn = key;  // for tests: the figure shows this state
     });
   }
@@ -113,6 +132,24 @@ _REDRAW_JS = """
   redraw();
 })();
 """
+
+
+def _static_axes(layout: dict, num_queries: int, num_keys: int) -> dict:
+    """``layout`` with axes plotly never has to measure again on a redraw (its slowest part):
+    fixed ranges (category axes: one unit per token, queries top to bottom), no automargin,
+    and query labels only on the first panel of each row (the panels of a row share them)."""
+    for name, axis in layout.items():
+        if not (name.startswith(("xaxis", "yaxis")) and isinstance(axis, dict)):
+            continue
+        if name.startswith("x"):
+            axis["range"] = [-0.5, num_keys - 0.5]
+        else:
+            axis.pop("autorange", None)
+            axis["range"] = [num_queries - 0.5, -0.5]  # reversed: query 0 at the top
+            if axis.get("domain") and layout.get("x" + name[1:], {}).get("domain", [0])[0] > 0:
+                axis["showticklabels"] = False
+        axis["automargin"] = False
+    return layout
 
 
 def _state(weights: np.ndarray, valid_len: int, decimals: int) -> list:
@@ -190,8 +227,9 @@ def static_explorer(
             b, h = trace["meta"]["example"], trace["meta"]["head"]
             trace["z"] = states[i][b][lens[b]][h]
         skeletons.append([{k: v for k, v in t.items() if k not in ("z", "text")} for t in traces])
-        layouts.append(layout)
-        narrow_layouts.append(narrow)
+        Lq, Lk = len(traces[0]["y"]), len(traces[0]["x"])
+        layouts.append(_static_axes(layout, Lq, Lk))
+        narrow_layouts.append(_static_axes(narrow, Lq, Lk))
         if H == num_heads:
             initial_traces, initial_layout = traces, dict(layout)
     B, Lk = source.scene.batch_size, source.scene.num_keys
