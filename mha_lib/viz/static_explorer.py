@@ -37,7 +37,8 @@ CONTROLS_ID = DIV_ID + "-controls"
 # The page's script, after plotly.js. "__STATES__" is replaced by the explorer's states. Every change of a
 # range input (mouse, touch, keyboard) redraws the figure with Plotly.react: the chosen head
 # count's traces holding the stored weights of each example's chosen valid length, and that head
-# count's layout (the phone layout when the figure's box is narrow). The figure's div takes the
+# count's layout (the phone layout and traces when the figure's box is narrow); a change of valid
+# lengths alone restyles only the traces of the examples that changed. The figure's div takes the
 # layout's height each time, so the page below it moves down instead of being covered. A drag's
 # many input events are drawn once per animation frame (the latest position), hover texts are
 # built once per stored state, and once plotly has drawn a state the div's data-drawn says which.
@@ -259,8 +260,9 @@ def static_explorer(
     head counts dividing d_model, and one "valid length" range input per example) are
     native HTML added by :func:`static_explorer_html`. The states live in
     ``fig.layout.meta["explorer"]``: ``heads``, ``weights`` (see :func:`_explorer_states`), per
-    head count the ``traces`` (without weights), the ``layouts`` and the phone layouts
-    ``narrow_layouts``, ``batch_size``, ``num_keys``, the initial ``valid_lens`` and
+    head count the ``traces`` (without weights), the ``layouts``, and the phone's
+    ``narrow_traces`` and ``narrow_layouts`` (each example's heatmaps on one subplot, see
+    :func:`_one_subplot_per_example`), ``batch_size``, ``num_keys``, the initial ``valid_lens`` and
     ``heads_index``, and a ``description`` (the figure's text alternative, also
     ``meta["description"]``).
 
