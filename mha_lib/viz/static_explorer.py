@@ -180,8 +180,7 @@ def _one_subplot_per_example(traces: list[dict], layout: dict) -> tuple[list[dic
                 **{k: v for k, v in trace.items() if k not in ("x", "y")},
                 "xaxis": f"x{n if n > 1 else ''}", "yaxis": f"y{n if n > 1 else ''}",
                 "x0": dx, "dx": 1, "y0": dy, "dy": 1,
-                "meta": {**trace["meta"], "queries": [t.split(": ", 1)[-1] for t in trace["y"]],
-                         "keys": [t.split(": ", 1)[-1] for t in trace["x"]]},
+                "meta": {**trace["meta"], "queries": trace["y"], "keys": trace["x"]},
                 "hovertemplate": trace["hovertemplate"].replace("%{y}", "%{customdata[0]}")
                                                        .replace("%{x}", "%{customdata[1]}"),
             })
@@ -193,7 +192,8 @@ def _one_subplot_per_example(traces: list[dict], layout: dict) -> tuple[list[dic
                 xs[dx] = xaxis
             if xaxis["domain"][0] == left:
                 ys[dy] = yaxis
-        index = {t: i for i, t in enumerate(panels[0][0]["x"])}, {t: i for i, t in enumerate(panels[0][0]["y"])}
+        index = ({t: i for i, t in enumerate(panels[0][0]["x"])},  # category -> position
+                 {t: i for i, t in enumerate(panels[0][0]["y"])})
         common = {"showgrid": False, "zeroline": False, "fixedrange": True, "automargin": False,
                   "tickangle": 0, "tickfont": x0["tickfont"], "tickmode": "array"}
         suffix = str(n) if n > 1 else ""
