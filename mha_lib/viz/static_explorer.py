@@ -37,7 +37,8 @@ CONTROLS_ID = DIV_ID + "-controls"
 # The page's script, after plotly.js. "__STATES__" is replaced by the explorer's states. Every change of a
 # range input (mouse, touch, keyboard) redraws the figure with Plotly.react: the chosen head
 # count's traces holding the stored weights of each example's chosen valid length, and that head
-# count's layout (the phone layout when the figure's box is narrow). The figure's div takes the
+# count's layout (the phone layout and traces when the figure's box is narrow); a change of valid
+# lengths alone restyles only the traces of the examples that changed. The figure's div takes the
 # layout's height each time, so the page below it moves down instead of being covered. A drag's
 # many input events are drawn once per animation frame (the latest position), hover texts are
 # built once per stored state, and once plotly has drawn a state the div's data-drawn says which.
@@ -58,6 +59,13 @@ _REDRAW_JS = """
   function hoverText(key, z) {
     return hoverCache[key] || (hoverCache[key] = z.map(function (row) {
       return row.map(function (w) { return w === null ? "masked" : "weight " + w.toFixed(3); });
+    }));
+  }
+  var cellCache = {};  // [query, key] of every cell of a panel, for its hover text
+  function cells(trace) {
+    var m = trace.meta, key = m.queries.join("|") + "/" + m.keys.join("|");
+    return cellCache[key] || (cellCache[key] = m.queries.map(function (q) {
+      return m.keys.map(function (k) { return [q, k]; });
     }));
   }
   function active() {  // [head count index, valid length of each example]
@@ -81,23 +89,43 @@ _REDRAW_JS = """
     });
     gd.setAttribute("aria-label", describe(state));
   }
-  var shownNarrow = null, shownKey = null, pending = false;
+  var shownNarrow = null, shownKey = null, shown = null, pending = false;
   function redraw() {
     pending = false;
     var state = active(), hi = state[0], isNarrow = narrow(), key = JSON.stringify(state);
     if (key === shownKey && isNarrow === shownNarrow) return Promise.resolve();
-    shownNarrow = isNarrow;
-    shownKey = key;
-    var data = ex.traces[hi].map(function (trace) {
+    var data = (isNarrow ? ex.narrow_traces : ex.traces)[hi].map(function (trace) {
       var b = trace.meta.example, h = trace.meta.head;
       var z = ex.weights[hi][b][state[1 + b]][h];
-      return Object.assign({}, trace, {z: z, text: hoverText([hi, b, state[1 + b], h].join(), z)});
+      return Object.assign({}, trace, {z: z, text: hoverText([hi, b, state[1 + b], h].join(), z),
+                                       customdata: cells(trace)});
     });
+    // only valid lengths changed: restyle the changed examples' traces, nothing else
+    var changed = [];
+    if (shown && shown[0] === hi && isNarrow === shownNarrow && gd.mhaSource
+        && (gd.dataset.mhaTheme === "dark") === (document.documentElement.dataset.theme === "dark")) {
+      data.forEach(function (trace, i) {
+        if (state[1 + trace.meta.example] !== shown[1 + trace.meta.example]) changed.push(i);
+      });
+    }
     var layout = (isNarrow ? ex.narrow_layouts : ex.layouts)[hi];
+    var wasKey = shownKey;
+    shownNarrow = isNarrow;
+    shownKey = key;
+    shown = state;
     gd.style.height = layout.height + "px";
     labels(state);
     gd.dataset.state = key;
-    return Plotly.react(gd, data, layout, config).then(function () {
+    var done;
+    if (changed.length && wasKey !== null) {
+      gd.mhaSource.data = data;  // what a theme switch redraws from
+      done = Plotly.restyle(gd, {
+        z: changed.map(function (i) { return data[i].z; }),
+        text: changed.map(function (i) { return data[i].text; })}, changed);
+    } else {
+      done = Plotly.react(gd, data, layout, config);
+    }
+    return done.then(function () {
       if (shownKey === key) gd.dataset.drawn = key;  // for tests: the figure shows this state
     });
   }
@@ -113,6 +141,81 @@ _REDRAW_JS = """
   redraw();
 })();
 """
+
+
+def _one_subplot_per_example(traces: list[dict], layout: dict) -> tuple[list[dict], dict]:
+    """The panels of :func:`mha_lib.viz.heatmaps.heatmap_parts` redrawn faster: each example's
+    heatmaps share one subplot, where they sit at the panels' places.
+
+    plotly redraws every subplot (axes, tick labels) whenever a heatmap changes; with one
+    subplot per example instead of one per head, a redraw draws 2 pairs of axes, not 2 * H. The
+    figure looks the same: each heatmap covers its panel (keys on x, queries top to bottom), its
+    grey background shows through the masked keys, the titles stay; the keys are named under
+    the example's last row of panels and the queries left of each row. Axes have fixed ranges
+    and no automargin (nothing for plotly to measure again). The traces keep their ``meta``
+    (``example``, ``head``) and gain the tokens (``queries``, ``keys``) for the hover texts.
+    """
+    out = {k: v for k, v in layout.items() if not k.startswith(("xaxis", "yaxis"))}
+    shapes, new_traces, axes = [], [], {}
+    for trace in traces:
+        if not trace["visible"]:
+            continue
+        b = trace["meta"]["example"]
+        xaxis, yaxis = layout["xaxis" + trace["xaxis"][1:]], layout["yaxis" + trace["yaxis"][1:]]
+        axes.setdefault(b, []).append((trace, xaxis, yaxis))
+    for n, (b, panels) in enumerate(sorted(axes.items()), start=1):
+        _, x0, y0 = panels[0]
+        Lq, Lk = len(panels[0][0]["y"]), len(panels[0][0]["x"])
+        width = x0["domain"][1] - x0["domain"][0]  # one panel, as a fraction of the plot
+        height = y0["domain"][1] - y0["domain"][0]
+        left = min(x["domain"][0] for _, x, _ in panels)
+        right = max(x["domain"][1] for _, x, _ in panels)
+        bottom = min(y["domain"][0] for _, _, y in panels)
+        top = max(y["domain"][1] for _, _, y in panels)
+        xs, ys = {}, {}  # panel offsets (in cells) -> tick positions and texts
+        for trace, xaxis, yaxis in panels:
+            dx = round((xaxis["domain"][0] - left) / width * Lk, 6)
+            dy = round((top - yaxis["domain"][1]) / height * Lq, 6)
+            new_traces.append({
+                **{k: v for k, v in trace.items() if k not in ("x", "y")},
+                "xaxis": f"x{n if n > 1 else ''}", "yaxis": f"y{n if n > 1 else ''}",
+                "x0": dx, "dx": 1, "y0": dy, "dy": 1,
+                "meta": {**trace["meta"], "queries": trace["y"], "keys": trace["x"]},
+                "hovertemplate": trace["hovertemplate"].replace("%{y}", "%{customdata[0]}")
+                                                       .replace("%{x}", "%{customdata[1]}"),
+            })
+            shapes.append({"type": "rect", "xref": new_traces[-1]["xaxis"],
+                           "yref": new_traces[-1]["yaxis"], "x0": dx - 0.5, "x1": dx + Lk - 0.5,
+                           "y0": dy - 0.5, "y1": dy + Lq - 0.5, "layer": "below",
+                           "fillcolor": layout["shapes"][0]["fillcolor"], "line": {"width": 0}})
+            if yaxis["domain"][0] == bottom:
+                xs[dx] = xaxis
+            if xaxis["domain"][0] == left:
+                ys[dy] = yaxis
+        index = ({t: i for i, t in enumerate(panels[0][0]["x"])},  # category -> position
+                 {t: i for i, t in enumerate(panels[0][0]["y"])})
+        common = {"showgrid": False, "zeroline": False, "fixedrange": True, "automargin": False,
+                  "tickangle": 0, "tickfont": x0["tickfont"], "tickmode": "array"}
+        suffix = str(n) if n > 1 else ""
+        out["xaxis" + suffix] = {
+            **common, "domain": [left, right], "anchor": "y" + suffix,
+            "range": [-0.5, (right - left) / width * Lk - 0.5],
+            "title": {"text": "key", "standoff": 2},
+            "tickvals": [dx + index[0][v] for dx, a in sorted(xs.items()) for v in a["tickvals"]],
+            "ticktext": [t for _, a in sorted(xs.items()) for t in a["ticktext"]]}
+        out["yaxis" + suffix] = {
+            **common, "domain": [bottom, top], "anchor": "x" + suffix,
+            "range": [(top - bottom) / height * Lq - 0.5, -0.5],  # reversed: query 0 on top
+            "title": {"text": "query", "standoff": 2},
+            "tickvals": [dy + index[1][v] for dy, a in sorted(ys.items()) for v in a["tickvals"]],
+            "ticktext": [t for _, a in sorted(ys.items()) for t in a["ticktext"]]}
+    out["shapes"] = shapes
+    return new_traces, out
+
+
+def _cells(queries: list[str], keys: list[str]) -> list[list[list[str]]]:
+    """(Lq, Lk) cells of a panel, each [its query, its key] (the hover text names both)."""
+    return [[[q, k] for k in keys] for q in queries]
 
 
 def _state(weights: np.ndarray, valid_len: int, decimals: int) -> list:
@@ -157,8 +260,9 @@ def static_explorer(
     head counts dividing d_model, and one "valid length" range input per example) are
     native HTML added by :func:`static_explorer_html`. The states live in
     ``fig.layout.meta["explorer"]``: ``heads``, ``weights`` (see :func:`_explorer_states`), per
-    head count the ``traces`` (without weights), the ``layouts`` and the phone layouts
-    ``narrow_layouts``, ``batch_size``, ``num_keys``, the initial ``valid_lens`` and
+    head count the ``traces`` (without weights), the ``layouts``, and the phone's
+    ``narrow_traces`` and ``narrow_layouts`` (each example's heatmaps on one subplot, see
+    :func:`_one_subplot_per_example`), ``batch_size``, ``num_keys``, the initial ``valid_lens`` and
     ``heads_index``, and a ``description`` (the figure's text alternative, also
     ``meta["description"]``).
 
@@ -181,15 +285,21 @@ def static_explorer(
     num_heads = source.initial_heads(num_heads)
     lens = list(source.scene.valid_lens)
     states = _explorer_states(source, decimals=decimals)
-    skeletons, layouts, narrow_layouts = [], [], []
+    skeletons, layouts, narrow_skeletons, narrow_layouts = [], [], [], []
     for i, H in enumerate(heads):
         weights = source.weights(H, lens)
         traces, layout = source.parts(weights, lens, max_cols, num_slots=H)
-        _, narrow = source.parts(weights, lens, max_cols, num_slots=H, narrow=True)
+        traces, layout = _one_subplot_per_example(traces, layout)
+        narrow_traces, narrow = _one_subplot_per_example(
+            *source.parts(weights, lens, max_cols, num_slots=H, narrow=True))
         for trace in traces:  # the stored state, so the page shows exactly what the controls do
             b, h = trace["meta"]["example"], trace["meta"]["head"]
             trace["z"] = states[i][b][lens[b]][h]
-        skeletons.append([{k: v for k, v in t.items() if k not in ("z", "text")} for t in traces])
+            trace["customdata"] = _cells(trace["meta"]["queries"], trace["meta"]["keys"])
+        skeletons.append([{k: v for k, v in t.items() if k not in ("z", "text", "customdata")}
+                          for t in traces])
+        narrow_skeletons.append([{k: v for k, v in t.items() if k not in ("z", "text")}
+                                 for t in narrow_traces])
         layouts.append(layout)
         narrow_layouts.append(narrow)
         if H == num_heads:
@@ -207,6 +317,7 @@ def static_explorer(
     initial_layout.update(meta={
         "description": description,
         "explorer": {"heads": heads, "weights": states, "traces": skeletons,
+                     "narrow_traces": narrow_skeletons,
                      "layouts": layouts, "narrow_layouts": narrow_layouts, "batch_size": B,
                      "num_keys": Lk, "valid_lens": lens, "heads_index": heads.index(num_heads),
                      "description": description},
