@@ -145,7 +145,6 @@ def static_mask_lab(presets: Sequence[str] | None = None, *, L: int = 12, block_
 def mask_lab(L: int = 12, block_size: int = 4):
     """The live lab (ipywidgets): compose a mask with the controls, see the three panels."""
     import ipywidgets as widgets
-    from IPython.display import display
 
     L = check_positive_int(L, "L")
     controls = dict(
@@ -160,11 +159,16 @@ def mask_lab(L: int = 12, block_size: int = 4):
     )
     out = widgets.Output()
 
-    def redraw(**values):
-        with out:
-            out.clear_output(wait=True)
-            display(mask_lab_figure(compose(L=L, **values), L, block_size=block_size))
+    def redraw(change=None):
+        # The figure goes into the widget's state, not through a captured display: captured
+        # output (``with out:``) can leave a notebook runner waiting for its cell to end.
+        values = {name: control.value for name, control in controls.items()}
+        figure = mask_lab_figure(compose(L=L, **values), L, block_size=block_size)
+        out.outputs = ()
+        out.append_display_data(figure)
 
-    widgets.interactive_output(redraw, controls)
+    for control in controls.values():
+        control.observe(redraw, names="value")
+    redraw()
     return widgets.VBox([widgets.HBox(list(controls.values())[:4]),
                          widgets.HBox(list(controls.values())[4:]), out])
