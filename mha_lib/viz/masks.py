@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
+import plotly.io as pio
 import torch
 from plotly.subplots import make_subplots
 
@@ -164,8 +165,8 @@ def mask_lab(L: int = 12, block_size: int = 4):
         # output (``with out:``) can leave a notebook runner waiting for its cell to end.
         values = {name: control.value for name, control in controls.items()}
         figure = mask_lab_figure(compose(L=L, **values), L, block_size=block_size)
-        out.outputs = ()
-        out.append_display_data(figure)
+        bundle = pio.renderers["plotly_mimetype"].to_mimebundle(figure.to_dict())
+        out.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
 
     for control in controls.values():
         control.observe(redraw, names="value")
