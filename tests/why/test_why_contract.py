@@ -4,21 +4,12 @@ claims (directions and margins, never bits: the results were made on another CPU
 import math
 
 import pytest
-import torch
 
 from mha_lib import why
 from mha_lib.why import EXPERIMENTS, load_results, run
 from mha_lib.why.__main__ import main
 
 NAMES = ("heads", "scale", "positions", "norm", "kv_heads", "output")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_every_experiment_has_a_question_a_claim_and_variants():

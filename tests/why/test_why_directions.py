@@ -1,21 +1,10 @@
 """Each experiment of mha_lib.why rerun at reduced steps: the direction of its claim holds here.
 
-Short runs, so that the whole of tests/why stays within about 40 s of CPU; the margins are
+Short runs, so that the whole of tests/why stays within about a minute and a half of CPU; the margins are
 those of a short run, the shipped results (test_why_contract.py) check the full claims.
 """
 
-import pytest
-import torch
-
 from mha_lib.why import run
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_heads_one_head_blends_where_two_look_up():
