@@ -13,24 +13,46 @@ from mha_lib.viz.static_explorer import CONTROLS_ID, DIV_ID
 
 __all__ = ["click_control", "install_redraw_timer", "redraw_times"]
 
-# The explorer's state: control positions and labels, the heatmaps drawn with their weights,
-# how many heatmap images plotly rendered (a panel whose keys are all masked has no image: only
+_COLOUR_TOLERANCE = 1.5  # per channel (0-255): the page rounds colours to integers, weights to 4 decimals
+
+# The explorer's state: control positions and labels, the panels on screen with their weights
+# (the explorer's own account, ``gd.mhaExplorer.shown()``), the pictures of weights on screen
+# and the colour of every cell in them (a panel whose keys are all masked has no picture: only
 # its grey background shows), and the heights of the figure's box and of its drawing.
 _READ_STATE_JS = """
-([divId, controlsId]) => {
-  const gd = document.getElementById(divId);
+async ([divId, controlsId]) => {
+  const gd = document.getElementById(divId), graph = gd.mhaExplorer.graph();  // the plotly div on screen
   const inputs = [...document.querySelectorAll(`#${controlsId} input[type=range]`)];
-  const shown = gd.data.filter((t) => t.visible !== false);
-  const svg = gd.querySelector(".main-svg");
+  const svg = graph.querySelector(".main-svg");
+  // the pictures in the layout, in the order of the panels ("" where every key of a panel is
+  // masked), and those plotly put on screen
+  const pictures = (graph.layout.images || []).map((image) => image.source || "");
+  const onScreen = [...graph.querySelectorAll(".layer-above .imagelayer image")]
+    .map((image) => image.getAttribute("href"));
+  const pixels = await Promise.all(pictures.map(async (href) => {
+    if (!href) return null;
+    const image = new Image();
+    image.src = href;
+    await image.decode();
+    const canvas = document.createElement("canvas");
+    canvas.width = image.width;
+    canvas.height = image.height;
+    const context = canvas.getContext("2d");
+    context.drawImage(image, 0, 0);
+    return {width: image.width, height: image.height,
+            rgba: [...context.getImageData(0, 0, image.width, image.height).data]};
+  }));
   return {
     active: inputs.map((i) => Number(i.value)),
     labels: inputs.map((i) => document.querySelector(`label[for="${i.id}"]`).textContent.trim()),
     valuetexts: inputs.map((i) => i.getAttribute("aria-valuetext")),
-    shown: shown.map((t) => ({example: t.meta.example, head: t.meta.head, z: t.z})),
-    drawn: gd.querySelectorAll("g.heatmaplayer image").length,
+    shown: gd.mhaExplorer.shown(),
+    drawn: onScreen.length,
+    drawn_as_laid_out: JSON.stringify(onScreen) === JSON.stringify(pictures.filter((href) => href)),
+    pixels: pixels,
     box_height: gd.getBoundingClientRect().height,
     svg_height: svg ? svg.getBoundingClientRect().height : 0,
-    layout_height: gd._fullLayout.height,
+    layout_height: graph._fullLayout.height,
     next_top: (() => {
       let box = gd.closest(".cell_output") || gd.parentElement, next = null;
       while (box && !(next = box.nextElementSibling)) box = box.parentElement;
@@ -41,17 +63,44 @@ _READ_STATE_JS = """
 }
 """
 
-# A promise that settles at the next redraw of the figure (or, a safety net for a failure to
-# report, false after 60 s).
+# A promise that settles when the explorer has put its next state on screen (its
+# "mha-explorer-drawn" event), or, a safety net for a failure to report, false after 60 s.
 _ARM_REDRAW_JS = """
 (divId) => {
   const gd = document.getElementById(divId);
   window.__mhaRedrawn = new Promise((resolve) => {
     const timer = setTimeout(() => resolve(false), 60000);
-    gd.once("plotly_afterplot", () => { clearTimeout(timer); resolve(true); });
+    gd.addEventListener("mha-explorer-drawn", () => { clearTimeout(timer); resolve(true); }, {once: true});
   });
 }
 """
+
+
+def _picture_problems(picture: dict | None, z: list[list[float | None]],
+                      colorscale: str = "Viridis") -> list[str]:
+    """What is wrong with a panel's picture (from :data:`_READ_STATE_JS`'s ``pixels``) for its
+    (Lq, Lk) weights ``z`` (masked keys None): one pixel per cell, each weight in the colour
+    plotly's own colour scale gives it (:func:`plotly.colors.sample_colorscale`, the reference),
+    masked cells transparent; no picture when every cell is masked."""
+    import numpy as np
+    import plotly.colors as pc
+
+    cells = [(i, j, w) for i, row in enumerate(z) for j, w in enumerate(row)]
+    if picture is None:
+        return [] if all(w is None for *_, w in cells) else ["no picture, but some keys are not masked"]
+    if (picture["height"], picture["width"]) != (len(z), len(z[0])):
+        return [f"picture {picture['height']} x {picture['width']} for {len(z)} x {len(z[0])} cells"]
+    rgba = np.asarray(picture["rgba"], dtype=float).reshape(len(z), len(z[0]), 4)
+    problems = []
+    for i, j, w in cells:
+        if w is None:
+            if rgba[i, j, 3] != 0:
+                problems.append(f"cell ({i}, {j}) is masked but not transparent")
+            continue
+        want = np.array(pc.unlabel_rgb(pc.sample_colorscale(colorscale, [w])[0]), dtype=float)
+        if rgba[i, j, 3] != 255 or np.abs(rgba[i, j, :3] - want).max() > _COLOUR_TOLERANCE:
+            problems.append(f"cell ({i}, {j}) weight {w}: colour {rgba[i, j].tolist()}, expected {want.tolist()}")
+    return problems
 
 
 def _control(page, index: int, controls_id: str = CONTROLS_ID):
@@ -73,7 +122,7 @@ def click_control(page, index: int, value: int, controls_id: str = CONTROLS_ID) 
 
 def _click_and_wait(page, index: int, value: int, div_id: str = DIV_ID,
                    controls_id: str = CONTROLS_ID) -> bool:
-    """Click a control at ``value`` and wait until plotly redrew; False if no redraw in 60 s."""
+    """Click a control at ``value`` and wait until the explorer drew; False if no redraw in 60 s."""
     page.evaluate(_ARM_REDRAW_JS, div_id)
     click_control(page, index, value, controls_id)
     return page.evaluate("() => window.__mhaRedrawn")
@@ -89,12 +138,14 @@ def _key_and_wait(page, index: int, key: str, div_id: str = DIV_ID,
 
 
 def _read_state(page, div_id: str = DIV_ID, controls_id: str = CONTROLS_ID) -> dict:
-    """Control positions and labels, visible heatmaps (``example``, ``head``, ``z``), drawn
-    image count, and the heights of the figure's box and drawing (see :data:`_READ_STATE_JS`)."""
+    """Control positions and labels, the panels shown (``example``, ``head``, ``z``), the
+    pictures of weights on screen (``drawn``, and ``pixels``: per panel, in the order of
+    ``shown``, None when all its keys are masked, else its ``width``, ``height`` and ``rgba``), and the heights of the figure's box and drawing (see :data:`_READ_STATE_JS`)."""
     return page.evaluate(_READ_STATE_JS, [div_id, controls_id])
 
 
-# Times from the mouse press on a control to the first animation frame after plotly redrew.
+# Times from the mouse press on a control to the first animation frame after the explorer put
+# the new state on screen.
 _TIMER_JS = """
 ([divId, controlsId]) => {
   const gd = document.getElementById(divId);
@@ -102,7 +153,7 @@ _TIMER_JS = """
   let start = null;
   document.getElementById(controlsId).addEventListener(
     "mousedown", () => { start = performance.now(); }, true);
-  gd.on("plotly_afterplot", () => {
+  gd.addEventListener("mha-explorer-drawn", () => {
     if (start === null) return;
     const t0 = start;
     start = null;

@@ -22,6 +22,7 @@ import json
 import numbers
 
 import numpy as np
+import plotly.colors as pc
 import plotly.graph_objects as go
 import plotly.io as pio
 
@@ -34,17 +35,23 @@ __all__ = ["CONTROLS_ID", "DIV_ID", "static_explorer", "static_explorer_html"]
 DIV_ID = "mha-static-explorer"
 CONTROLS_ID = DIV_ID + "-controls"
 
-# The page's script, after plotly.js. "__STATES__" is replaced by the explorer's states. Every change of a
-# range input (mouse, touch, keyboard) redraws the figure with Plotly.react: the chosen head
-# count's traces holding the stored weights of each example's chosen valid length, and that head
-# count's layout (the phone layout and traces when the figure's box is narrow); a change of valid
-# lengths alone restyles only the traces of the examples that changed. The figure's div takes the
-# layout's height each time, so the page below it moves down instead of being covered. A drag's
-# many input events are drawn once per animation frame (the latest position), hover texts are
-# built once per stored state, and once plotly has drawn a state the div's data-drawn says which.
+# The page's script, after plotly.js. "__STATES__" is replaced by the explorer's states.
+#
+# Plotly draws the frame of a head count: axes, panel titles, the grey background of each panel,
+# the colour bar, and one transparent heatmap per panel that only answers hovering. The weights
+# themselves are pictures over the panels (layout images, one pixel per cell, masked keys
+# transparent so the grey shows), coloured here from the stored weights with the figure's colour
+# scale. Each frame is drawn once (Plotly.react), in its own plotly div, when its head count (or
+# the phone layout) is first chosen; after that a change of any control shows that frame and
+# swaps the pictures that differ (Plotly.relayout of images[i].source, which redraws nothing
+# else). Drawing a frame costs plotly dozens of forced layouts; swapping pictures costs none,
+# which is what keeps the sliders responsive on a slow phone. The hover box (example, head,
+# query, key, weight) is drawn here from the state on screen. A drag's many input events are
+# drawn once per animation frame (the latest position); once a state is on screen the box's
+# data-drawn says which, and the box sends a "mha-explorer-drawn" event.
 _REDRAW_JS = """
 (function () {
-  var gd = document.getElementById("__DIV__");
+  var box = document.getElementById("__DIV__");  // the figure's box: its label, one plotly div per frame
   var ex = __STATES__;
   var config = {responsive: true, displaylogo: false, displayModeBar: false};
   // the heads input (absent when the module fixes H), then one valid length per example
@@ -53,20 +60,7 @@ _REDRAW_JS = """
     document.querySelectorAll("#__CONTROLS__ input[type=range]")).filter(function (i) { return i !== headsInput; });
   var inputs = (headsInput ? [headsInput] : []).concat(lenInputs);
   function narrow() {
-    return window.mhaIsNarrow ? window.mhaIsNarrow(gd) : (gd.parentElement || gd).clientWidth < 560;
-  }
-  var hoverCache = {};  // hover texts of a stored state, built once
-  function hoverText(key, z) {
-    return hoverCache[key] || (hoverCache[key] = z.map(function (row) {
-      return row.map(function (w) { return w === null ? "masked" : "weight " + w.toFixed(3); });
-    }));
-  }
-  var cellCache = {};  // [query, key] of every cell of a panel, for its hover text
-  function cells(trace) {
-    var m = trace.meta, key = m.queries.join("|") + "/" + m.keys.join("|");
-    return cellCache[key] || (cellCache[key] = m.queries.map(function (q) {
-      return m.keys.map(function (k) { return [q, k]; });
-    }));
+    return window.mhaIsNarrow ? window.mhaIsNarrow(box) : box.parentElement.clientWidth < 560;
   }
   function active() {  // [head count index, valid length of each example]
     return [headsInput ? Number(headsInput.value) : ex.heads_index].concat(
@@ -87,46 +81,137 @@ _REDRAW_JS = """
       input.setAttribute("aria-valuetext", state[1 + b] + " of " + input.max + " keys");
       document.getElementById(input.id + "-value").textContent = String(state[1 + b]);
     });
-    gd.setAttribute("aria-label", describe(state));
+    box.setAttribute("aria-label", describe(state));
   }
+
+  // --- pictures of the weights -------------------------------------------------------------
+  function colour(w) {  // a weight in [0, 1] -> [r, g, b], linear between the scale's stops
+    var stops = ex.colorscale, k = 1;
+    while (k < stops.length - 1 && stops[k][0] < w) k++;
+    var a = stops[k - 1], b = stops[k], f = (w - a[0]) / (b[0] - a[0]);
+    return [0, 1, 2].map(function (c) { return Math.round(a[1][c] + f * (b[1][c] - a[1][c])); });
+  }
+  var canvas = document.createElement("canvas"), pictures = {};
+  function picture(key, z) {  // (Lq, Lk) weights, masked keys null -> a PNG data URL ("" if all masked)
+    if (key in pictures) return pictures[key];
+    var Lq = z.length, Lk = z[0].length, any = false;
+    canvas.width = Lk;
+    canvas.height = Lq;
+    var ctx = canvas.getContext("2d"), image = ctx.createImageData(Lk, Lq), px = image.data;
+    for (var i = 0; i < Lq; i++) {
+      for (var j = 0; j < Lk; j++) {
+        if (z[i][j] === null) continue;  // transparent: the panel's grey background shows
+        var c = colour(z[i][j]), o = 4 * (i * Lk + j);
+        px[o] = c[0]; px[o + 1] = c[1]; px[o + 2] = c[2]; px[o + 3] = 255;
+        any = true;
+      }
+    }
+    ctx.putImageData(image, 0, 0);
+    return (pictures[key] = any ? canvas.toDataURL("image/png") : "");
+  }
+  function weightsOf(trace, state) {  // the stored (Lq, Lk) weights a panel shows in `state`
+    var b = trace.meta.example;
+    return ex.weights[state[0]][b][state[1 + b]][trace.meta.head];
+  }
+  function sources(traces, state) {
+    return traces.map(function (trace) {
+      var b = trace.meta.example;
+      return picture([state[0], b, state[1 + b], trace.meta.head].join(), weightsOf(trace, state));
+    });
+  }
+
+  // --- the frame of a head count -------------------------------------------------------------
+  function frame(hi, isNarrow, state) {
+    var traces = (isNarrow ? ex.narrow_traces : ex.traces)[hi].map(function (t) {
+      // zeros, not drawn (opacity 0): the colour bar and the hover need a heatmap of the scale
+      var m = t.meta, Lq = m.queries.length, Lk = m.keys.length, z = [];
+      for (var i = 0; i < Lq; i++) { z.push([]); for (var j = 0; j < Lk; j++) z[i].push(0); }
+      var trace = Object.assign({}, t, {z: z, opacity: 0, hoverinfo: "none"});
+      delete trace.hovertemplate;
+      return trace;
+    });
+    var pics = sources(traces, state);
+    var layout = Object.assign({}, (isNarrow ? ex.narrow_layouts : ex.layouts)[hi], {
+      images: traces.map(function (t, i) {
+        return {source: pics[i], xref: t.xaxis, yref: t.yaxis, x: t.x0 - 0.5, y: t.y0 - 0.5,
+                sizex: t.meta.keys.length, sizey: t.meta.queries.length, sizing: "stretch",
+                xanchor: "left", yanchor: "top", layer: "above"};
+      })});
+    return {traces: traces, layout: layout};
+  }
+
+  // --- hover: the weight under the pointer, from the state on screen ------------------------
+  var tip = document.createElement("div");
+  tip.className = "mha-explorer-tip";
+  tip.setAttribute("aria-hidden", "true");
+  tip.hidden = true;
+  box.parentElement.appendChild(tip);
+  function hover(event) {
+    var point = event.points && event.points[0];
+    if (!point || !shown) return;
+    var m = point.data.meta, i = point.pointNumber[0], j = point.pointNumber[1];
+    var w = weightsOf(point.data, shown)[i][j];
+    tip.textContent = "";
+    [point.data.name, "query " + m.queries[i], "key " + m.keys[j], w === null ? "masked" : "weight " + w.toFixed(3)]
+      .forEach(function (line) { var d = document.createElement("div"); d.textContent = line; tip.appendChild(d); });
+    var area = box.parentElement.getBoundingClientRect(), e = event.event || {};
+    tip.hidden = false;
+    var x = (e.clientX || 0) - area.left + 12, y = (e.clientY || 0) - area.top + 12;
+    tip.style.left = Math.max(0, Math.min(x, area.width - tip.offsetWidth)) + "px";
+    tip.style.top = y + "px";
+  }
+
+  // --- frames: one plotly div per head count (and phone or wide layout), drawn once -----------
+  // The frame on screen is in the page's flow; the others wait hidden on top of it, drawn at the
+  // same width, so that moving the heads slider back to a head count only swaps pictures.
+  var frames = {}, onScreen = null;
+  function show(hi, isNarrow, state) {
+    var name = hi + (isNarrow ? "-narrow" : "-wide"), f = frames[name];
+    if (!f) {
+      f = frames[name] = {gd: document.createElement("div"), drawn: null};
+      f.gd.className = "mha-explorer-frame";
+      box.appendChild(f.gd);
+    }
+    if (onScreen && onScreen !== f) onScreen.gd.classList.remove("mha-explorer-on-screen");
+    f.gd.classList.add("mha-explorer-on-screen");
+    onScreen = f;
+    var done;
+    if (!f.drawn) {
+      f.drawn = frame(hi, isNarrow, state);
+      f.gd.style.height = f.drawn.layout.height + "px";
+      done = Plotly.react(f.gd, f.drawn.traces, f.drawn.layout, config);
+      f.gd.on("plotly_hover", hover);
+      f.gd.on("plotly_unhover", function () { tip.hidden = true; });
+    } else {  // swap the pictures that differ from the state this frame last showed
+      var pics = sources(f.drawn.traces, state), update = {};
+      var images = f.drawn.layout.images.map(function (image, i) {
+        if (image.source === pics[i]) return image;
+        update["images[" + i + "].source"] = pics[i];
+        return Object.assign({}, image, {source: pics[i]});
+      });
+      f.drawn = {traces: f.drawn.traces, layout: Object.assign({}, f.drawn.layout, {images: images})};
+      f.gd.mhaSource = {data: f.drawn.traces, layout: f.drawn.layout, config: config};  // for a theme switch
+      done = Object.keys(update).length ? Plotly.relayout(f.gd, update) : Promise.resolve();
+    }
+    box.style.height = f.drawn.layout.height + "px";
+    return done;
+  }
+
   var shownNarrow = null, shownKey = null, shown = null, pending = false;
   function redraw() {
     pending = false;
-    var state = active(), hi = state[0], isNarrow = narrow(), key = JSON.stringify(state);
+    var state = active(), isNarrow = narrow(), key = JSON.stringify(state);
     if (key === shownKey && isNarrow === shownNarrow) return Promise.resolve();
-    var data = (isNarrow ? ex.narrow_traces : ex.traces)[hi].map(function (trace) {
-      var b = trace.meta.example, h = trace.meta.head;
-      var z = ex.weights[hi][b][state[1 + b]][h];
-      return Object.assign({}, trace, {z: z, text: hoverText([hi, b, state[1 + b], h].join(), z),
-                                       customdata: cells(trace)});
-    });
-    // only valid lengths changed: restyle the changed examples' traces, nothing else
-    var changed = [];
-    if (shown && shown[0] === hi && isNarrow === shownNarrow && gd.mhaSource
-        && (gd.dataset.mhaTheme === "dark") === (document.documentElement.dataset.theme === "dark")) {
-      data.forEach(function (trace, i) {
-        if (state[1 + trace.meta.example] !== shown[1 + trace.meta.example]) changed.push(i);
-      });
-    }
-    var layout = (isNarrow ? ex.narrow_layouts : ex.layouts)[hi];
-    var wasKey = shownKey;
     shownNarrow = isNarrow;
     shownKey = key;
     shown = state;
-    gd.style.height = layout.height + "px";
     labels(state);
-    gd.dataset.state = key;
-    var done;
-    if (changed.length && wasKey !== null) {
-      gd.mhaSource.data = data;  // what a theme switch redraws from
-      done = Plotly.restyle(gd, {
-        z: changed.map(function (i) { return data[i].z; }),
-        text: changed.map(function (i) { return data[i].text; })}, changed);
-    } else {
-      done = Plotly.react(gd, data, layout, config);
-    }
-    return done.then(function () {
-      if (shownKey === key) gd.dataset.drawn = key;  // for tests: the figure shows this state
+    box.dataset.state = key;
+    tip.hidden = true;
+    return show(state[0], isNarrow, state).then(function () {
+      if (shownKey !== key) return;
+      box.dataset.drawn = key;  // the figure shows this state
+      box.dispatchEvent(new CustomEvent("mha-explorer-drawn", {detail: key}));
     });
   }
   // a drag sends many input events: draw once per frame, the latest position
@@ -137,7 +222,17 @@ _REDRAW_JS = """
   }
   inputs.forEach(function (input) { input.addEventListener("input", later); });
   window.addEventListener("resize", function () { if (narrow() !== shownNarrow) redraw(); });
-  gd.mhaExplorer = {states: ex, redraw: redraw};
+  box.mhaExplorer = {
+    states: ex,
+    redraw: redraw,
+    graph: function () { return onScreen.gd; },  // the plotly div on screen
+    // what is on screen: every panel's example, head and weights (masked keys null)
+    shown: function () {
+      return onScreen.drawn.traces.map(function (t) {
+        return {example: t.meta.example, head: t.meta.head, z: weightsOf(t, shown)};
+      });
+    },
+  };
   redraw();
 })();
 """
@@ -194,8 +289,10 @@ def _one_subplot_per_example(traces: list[dict], layout: dict) -> tuple[list[dic
                 ys[dy] = yaxis
         index = ({t: i for i, t in enumerate(panels[0][0]["x"])},  # category -> position
                  {t: i for i, t in enumerate(panels[0][0]["y"])})
+        # no automargin, no hiding of overflowing tick labels: nothing for plotly to measure
         common = {"showgrid": False, "zeroline": False, "fixedrange": True, "automargin": False,
-                  "tickangle": 0, "tickfont": x0["tickfont"], "tickmode": "array"}
+                  "tickangle": 0, "tickfont": x0["tickfont"], "tickmode": "array",
+                  "ticklabeloverflow": "allow"}
         suffix = str(n) if n > 1 else ""
         out["xaxis" + suffix] = {
             **common, "domain": [left, right], "anchor": "y" + suffix,
@@ -211,6 +308,13 @@ def _one_subplot_per_example(traces: list[dict], layout: dict) -> tuple[list[dic
             "ticktext": [t for _, a in sorted(ys.items()) for t in a["ticktext"]]}
     out["shapes"] = shapes
     return new_traces, out
+
+
+def _colour_stops(colorscale) -> list:
+    """A plotly colour scale (a name such as "Viridis", or [[t, colour], ...]) as [[t, [r, g, b]], ...]."""
+    stops = pc.get_colorscale(colorscale) if isinstance(colorscale, str) else colorscale
+    return [[float(t), [round(c) for c in pc.unlabel_rgb(pc.convert_colors_to_same_type(colour, "rgb")[0][0])]]
+            for t, colour in stops]
 
 
 def _cells(queries: list[str], keys: list[str]) -> list[list[list[str]]]:
@@ -298,7 +402,7 @@ def static_explorer(
             trace["customdata"] = _cells(trace["meta"]["queries"], trace["meta"]["keys"])
         skeletons.append([{k: v for k, v in t.items() if k not in ("z", "text", "customdata")}
                           for t in traces])
-        narrow_skeletons.append([{k: v for k, v in t.items() if k not in ("z", "text")}
+        narrow_skeletons.append([{k: v for k, v in t.items() if k not in ("z", "text", "customdata")}
                                  for t in narrow_traces])
         layouts.append(layout)
         narrow_layouts.append(narrow)
@@ -317,6 +421,7 @@ def static_explorer(
     initial_layout.update(meta={
         "description": description,
         "explorer": {"heads": heads, "weights": states, "traces": skeletons,
+                     "colorscale": _colour_stops(initial_layout["coloraxis"]["colorscale"]),
                      "narrow_traces": narrow_skeletons,
                      "layouts": layouts, "narrow_layouts": narrow_layouts, "batch_size": B,
                      "num_keys": Lk, "valid_lens": lens, "heads_index": heads.index(num_heads),
@@ -380,7 +485,7 @@ def static_explorer_html(fig: go.Figure | None = None, **kwargs) -> str:
     script = script.replace("</", "<\\/")  # the JSON cannot close the script early
     return (
         f'<div class="mha-explorer">{_controls_html(explorer)}'
-        f'<div id="{DIV_ID}" class="plotly-graph-div mha-figure" role="img" aria-label="{label}" '
+        f'<div id="{DIV_ID}" class="plotly-graph-div mha-figure mha-explorer-figure" role="img" aria-label="{label}" '
         f'style="height:{int(fig.layout.height)}px"></div></div>\n'
         f'<script type="text/javascript">{script}</script>'
     )

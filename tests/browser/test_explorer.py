@@ -2,8 +2,9 @@
 
 Drives the native range inputs like readers do, with the keyboard (arrow keys, Home, End on a
 focused input) and the mouse (a click on the track), on a laptop and on a phone, and checks that
-the drawn heatmaps are the library's weights for the chosen (heads, valid lengths): H visible
-heatmaps per example, masked key columns empty (exactly 0 in the stored weights), labels that
+the panels shown are the library's weights for the chosen (heads, valid lengths): H panels per
+example, each cell drawn in its weight's colour, masked key columns empty (transparent over the
+grey background; exactly 0 in the stored weights), labels that
 say the values, and a figure box that always holds the whole figure (the text after it is never
 covered, even at 8 heads). No console error, no request leaving the loopback server.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mha_lib.book.browser import _click_and_wait, _key_and_wait, _read_state
+from mha_lib.book.browser import _click_and_wait, _key_and_wait, _picture_problems, _read_state
 from mha_lib.viz.scene import make_source
 
 PAGE = "chapters/04_exploring_heads.html"
@@ -32,8 +33,12 @@ def _assert_follows(state: dict, num_heads: int, valid_lens: list[int]) -> None:
     assert state["valuetexts"][0] == f"{num_heads} head{'s' if num_heads > 1 else ''}"
     shown = {(s["example"], s["head"]): s["z"] for s in state["shown"]}
     assert sorted(shown) == [(b, h) for b in range(2) for h in range(num_heads)]
-    # heatmap images plotly rendered: H per example that has at least one valid key
+    # pictures of weights on screen: H per example that has at least one valid key, each cell
+    # in the colour of its weight on plotly's scale, masked keys transparent (the grey shows)
     assert state["drawn"] == num_heads * sum(v > 0 for v in valid_lens)
+    assert state["drawn_as_laid_out"]
+    for s, picture in zip(state["shown"], state["pixels"], strict=True):
+        assert _picture_problems(picture, s["z"]) == [], (s["example"], s["head"])
     expected = _expected(num_heads, valid_lens)
     for (b, h), z in shown.items():
         z = np.array([[np.nan if w is None else w for w in row] for row in z])

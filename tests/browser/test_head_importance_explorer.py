@@ -37,7 +37,7 @@ def source():
     return make_source(mha=model.attention, queries=embedded, tokens=labels, valid_lens=valid_lens.tolist())
 
 
-# The figure's state once drawn: lengths, labels, visible heatmaps and the images plotly drew.
+# The figure's state once drawn: lengths, labels, the panels shown and the pictures of weights drawn.
 _SHOWN_JS = """([divId, controlsId]) => {
   const gd = document.getElementById(divId);
   const inputs = [...document.querySelectorAll(`#${controlsId} input[type=range]`)];
@@ -47,8 +47,8 @@ _SHOWN_JS = """([divId, controlsId]) => {
     labels: inputs.map((i) => document.querySelector(`label[for="${i.id}"]`).textContent.trim()),
     valuetexts: inputs.map((i) => i.getAttribute("aria-valuetext")),
     fixed: document.querySelector(`#${controlsId} .mha-control-fixed`)?.textContent,
-    shown: gd.data.filter((t) => t.visible !== false).map((t) => [t.meta.example, t.meta.head, t.z]),
-    images: gd.querySelectorAll("g.heatmaplayer image").length,
+    shown: gd.mhaExplorer.shown().map((s) => [s.example, s.head, s.z]),
+    images: [...gd.mhaExplorer.graph().querySelectorAll(".layer-above .imagelayer image")].filter((i) => i.getAttribute("href")).length,
   };
 }"""
 

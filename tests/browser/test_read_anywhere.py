@@ -172,7 +172,8 @@ def test_static_explorers_keep_their_controls_in_view_of_their_figures(open_cont
     if control == "heads":
         page.locator("#mha-static-explorer-controls-heads").focus()
         page.keyboard.press("End")  # 8 heads: the tallest figure
-        page.wait_for_function("() => document.getElementById('mha-static-explorer').data.length >= 16")
+        page.wait_for_function("() => { const gd = document.getElementById('mha-static-explorer');"
+                               " return gd.dataset.drawn === gd.dataset.state && gd.mhaExplorer.graph().data.length >= 16; }")
     lost = _figure_in_view_of(page, "#mha-static-explorer", f"#mha-static-explorer-controls-{control}")
     assert lost == [], f"control {control} left the screen at scroll positions {lost}"
 
