@@ -133,6 +133,42 @@
     return out;
   }
 
+  /* A picture of (rows, cols) weights in [0, 1], for the explorers that draw weights without
+   * redrawing their figure: a PNG data URL with one pixel per cell, coloured linearly in RGB
+   * between the colour scale's stops ([[t, [r, g, b]], ...], mha_lib.viz.heatmaps.colour_stops;
+   * plotly colours its heatmaps the same way), cells that are null transparent; "" when every
+   * cell is null. Layout images of plotly figures are shown scaled up without smoothing. */
+  var pictureCanvas = null;
+  // scaled up without smoothing, each cell stays a sharp square (as in plotly's own heatmaps)
+  var pixelated = document.createElement("style");
+  pixelated.textContent = ".js-plotly-plot .layer-above .imagelayer image { image-rendering: pixelated; }";
+  document.head.appendChild(pixelated);
+  function colour(w, stops) {
+    var k = 1;
+    while (k < stops.length - 1 && stops[k][0] < w) k++;
+    var a = stops[k - 1], b = stops[k], f = (w - a[0]) / (b[0] - a[0]);
+    return [0, 1, 2].map(function (c) { return Math.round(a[1][c] + f * (b[1][c] - a[1][c])); });
+  }
+  window.mhaWeightsPicture = function (z, stops) {
+    var rows = z.length, cols = rows ? z[0].length : 0, any = false;
+    if (!rows || !cols) return "";
+    pictureCanvas = pictureCanvas || document.createElement("canvas");
+    pictureCanvas.width = cols;
+    pictureCanvas.height = rows;
+    var ctx = pictureCanvas.getContext("2d"), image = ctx.createImageData(cols, rows), px = image.data;
+    for (var i = 0; i < rows; i++) {
+      for (var j = 0; j < cols; j++) {
+        var w = z[i][j];
+        if (w === null || w === undefined) continue;
+        var c = colour(w, stops), o = 4 * (i * cols + j);
+        px[o] = c[0]; px[o + 1] = c[1]; px[o + 2] = c[2]; px[o + 3] = 255;
+        any = true;
+      }
+    }
+    ctx.putImageData(image, 0, 0);
+    return any ? pictureCanvas.toDataURL("image/png") : "";
+  };
+
   window.mhaNarrowPx = NARROW_PX;
   window.mhaIsNarrow = isNarrow;
   window.mhaChooseLayout = chooseLayout;

@@ -14,8 +14,8 @@
  *   x += W_2 relu(W_1 LN2(x) + b_1) + b_2;  logits = W_out LN(x) + b_out.
  * Greedy continuation: up to settings.continuation_tokens tokens, up to the first "." (as
  * mha_lib.viz.text_explorer does with StoryLM.generate). For tests: the root element carries
- * .mhaLM = {model, state} and data-rendered (bumped at each drawing); heatmap trace n*H + h
- * holds head h of layer n, meta = {layer: n, head: h} (other layers' traces hidden).
+ * .mhaLM = {model, state, shown()} and data-rendered (bumped at each drawing); shown() gives the
+ * layer on screen and its heads' weights, and layout image h of the figure is head h's picture.
  */
 (function () {
   "use strict";
@@ -216,6 +216,7 @@
   Model.prototype.read = function (ids, maxNew, stopToken, previous) {
     var keep = 0, n, h;
     while (previous && keep < ids.length && keep < previous.ids.length && ids[keep] === previous.ids[keep]) keep++;
+    if (previous && keep === ids.length && keep === previous.ids.length) return previous;  // the same ids: the same reading
     var cache = keep ? previous.cache : this.newCache();
     cache.forEach(function (c) { c.keys.length = keep; c.values.length = keep; });
     var weights = [], logits = keep ? previous.logits.slice(0, keep) : [];
@@ -357,7 +358,7 @@
   function panelGrid(tokens, H, width, narrow) {
     var L = tokens.length, longest = 1;
     tokens.forEach(function (t) { longest = Math.max(longest, Math.min(t.length, 14)); });
-    var margin = {l: Math.round(longest * CHAR_PX) + (narrow ? 34 : 44), r: narrow ? 56 : 86, t: 12, b: 8};
+    var margin = {l: Math.round(longest * CHAR_PX) + (narrow ? 34 : 44), r: narrow ? 62 : 86, t: 12, b: 8};
     var plotW = Math.max(120, width - margin.l - margin.r), gap = 18;
     // a short text (up to 12 tokens) shows every label; beyond, the panels stop growing and the
     // labels thin out: the grid does not change as the reader types on
@@ -367,85 +368,112 @@
     var panel = (plotW - gap * (cols - 1)) / cols;
     var step = Math.max(1, Math.ceil(L * TICK_PX / panel));
     var turned = (L / step) * (longest * CHAR_PX + 6) > panel;
-    var rowPx = 22 + panel + (turned ? longest * CHAR_PX + 10 : 18) + 22;
+    var labelPx = turned ? longest * CHAR_PX + 10 : 18;  // the key labels' depth under a panel
+    var rowPx = 22 + panel + labelPx + 22;
     var rows = Math.ceil(H / cols);
     return {cols: cols, panel: panel, gap: gap, plotW: plotW, step: step, turned: turned,
-            rowPx: rowPx, margin: margin, height: Math.round(margin.t + rows * rowPx + margin.b)};
+            rowPx: rowPx, labelPx: labelPx, queryPx: Math.round(longest * CHAR_PX) + 16,
+            margin: margin, height: Math.round(margin.t + rows * rowPx + margin.b)};
   }
 
-  /* Hover texts: row i names query i and the keys it sees (0..i; later keys are gaps, never
-   * hovered). A row depends only on the tokens up to i, so typing at the end of a long text
-   * reuses the rows before the change instead of building L x L strings at every keystroke. */
-  var hoverMemo = {words: [], rows: []};
-  function hoverRows(state) {
-    var unknown = {}, i = 0;
-    state.unknown.forEach(function (u) { unknown[u.token] = true; });
-    var words = state.tokens.map(function (t, j) { return j + ": " + t + (unknown[t] ? " (unknown)" : ""); });
-    while (i < words.length && i < hoverMemo.words.length && words[i] === hoverMemo.words[i]) i++;
-    var rows = hoverMemo.rows.slice(0, i);
-    for (; i < words.length; i++) {
-      var row = [];
-      for (var j = 0; j <= i; j++) row.push("query " + words[i] + "<br>key " + words[j]);
-      rows.push(row);
-    }
-    hoverMemo = {words: words, rows: rows};
-    return rows;
-  }
-
-  function figure(model, state, layer, width, narrow) {
-    var L = state.tokens.length, H = model.H, N = model.N;
+  /* The figure of one layer: plotly draws the frame (a panel per head: axes with the tokens,
+   * a title, a grey background; the colour bar) and the weights are pictures over the panels
+   * (layout images, one pixel per cell, later keys transparent so the grey shows; see
+   * mhaWeightsPicture in mha-figures.js). The frame depends on the grid only: while the reader
+   * types and the grid stays, a keystroke moves the axes to the new tokens and swaps the
+   * pictures (Plotly.relayout), which redraws no heatmap and measures almost no text; a new grid
+   * (another width, a longer word, a new row of labels) draws the frame again (Plotly.react).
+   * The one heatmap trace is a 1 x 1 transparent cell that carries the colour bar. */
+  function figure(model, state, layer, width, narrow, stops) {
+    var L = state.tokens.length, H = model.H;
     var grid = panelGrid(state.tokens, H, width, narrow);
     var plotH = grid.height - grid.margin.t - grid.margin.b;
     var ticks = [], labels = [];
     for (var i = 0; i < L; i += grid.step) { ticks.push(i); labels.push(state.tokens[i]); }
-    var hover = hoverRows(state);
-    var data = [], layout = {
-      height: grid.height, margin: grid.margin, showlegend: false,
-      plot_bgcolor: "rgba(0,0,0,0)", annotations: [], shapes: [],
+    var data = [{type: "heatmap", z: [[0]], x: [0], y: [0], coloraxis: "coloraxis", opacity: 0,
+                 hoverinfo: "skip", showscale: true}];
+    var layout = {
+      height: grid.height, margin: grid.margin, showlegend: false, hovermode: false,
+      plot_bgcolor: "rgba(0,0,0,0)", annotations: [], shapes: [], images: [],
       font: {size: narrow ? 11 : 12},
       coloraxis: {colorscale: "Viridis", cmin: 0, cmax: 1,
-                  colorbar: {title: {text: "weight", side: "right"}, thickness: narrow ? 10 : 14,
-                             len: Math.min(1, 320 / plotH), y: 1, yanchor: "top", x: 1.01,
-                             xpad: 6}}
+                  // its title is a note beside it, as the axes' (see below)
+                  colorbar: {thickness: narrow ? 10 : 14, len: Math.min(1, 320 / plotH), y: 1,
+                             yanchor: "top", x: 1.01, xpad: 6, ticklabeloverflow: "allow"}}
     };
-    for (var n = 0; n < N; n++) {
-      for (var h = 0; h < H; h++) {
-        var rows = state.weights[n][h].map(function (row) {
-          var z = Array.prototype.slice.call(row);
-          while (z.length < L) z.push(null);  // future keys: no weight, the grey shows
-          return z;
-        });
-        var suffix = h === 0 ? "" : String(h + 1);
-        data.push({
-          type: "heatmap", z: rows, x: state.tokens.map(function (_, j) { return j; }),
-          y: state.tokens.map(function (_, j) { return j; }), xaxis: "x" + suffix, yaxis: "y" + suffix,
-          coloraxis: "coloraxis", meta: {layer: n, head: h}, name: "layer " + n + ", head " + h,
-          visible: n === layer, hoverongaps: false, text: hover,
-          hovertemplate: "layer " + n + ", head " + h + "<br>%{text}<br>weight %{z:.3f}<extra></extra>"
-        });
-      }
-    }
+    layout.annotations.push({text: "weight", xref: "paper", yref: "paper", x: 1.01,
+                             xshift: narrow ? 44 : 54, y: 1 - Math.min(1, 320 / plotH) / 2,
+                             xanchor: "center", yanchor: "middle", textangle: -90, showarrow: false,
+                             font: {size: 12}});
     for (var p = 0; p < H; p++) {
       var col = p % grid.cols, row = Math.floor(p / grid.cols), sfx = p === 0 ? "" : String(p + 1);
       var x0 = col * (grid.panel + grid.gap) / grid.plotW, x1 = x0 + grid.panel / grid.plotW;
       var top = 1 - (row * grid.rowPx + 22) / plotH, bottom = top - grid.panel / plotH;
+      // no hiding of overflowing labels: nothing for plotly to measure label by label
       var common = {tickmode: "array", tickvals: ticks, ticktext: labels, showgrid: false,
-                    zeroline: false, fixedrange: true, ticks: "", tickfont: {size: 11}};
+                    zeroline: false, fixedrange: true, ticks: "", tickfont: {size: 11},
+                    ticklabeloverflow: "allow"};
       layout["xaxis" + sfx] = Object.assign({}, common, {
         domain: [x0, Math.min(1, x1)], anchor: "y" + sfx, range: [-0.5, L - 0.5],
-        tickangle: grid.turned ? -90 : 0, title: {text: "key", standoff: 4, font: {size: 12}}});
+        tickangle: grid.turned ? -90 : 0});
       layout["yaxis" + sfx] = Object.assign({}, common, {
         domain: [Math.max(0, bottom), Math.min(1, top)], anchor: "x" + sfx, range: [L - 0.5, -0.5],
-        showticklabels: col === 0,
-        title: {text: col === 0 ? "query" : "", standoff: 4, font: {size: 12}}});
+        showticklabels: col === 0});
+      // the axis titles are notes placed past the tick labels (an axis title would make plotly
+      // measure every label at every keystroke to keep clear of them)
+      layout.annotations.push({text: "key", xref: "paper", yref: "paper", x: (x0 + Math.min(1, x1)) / 2,
+                               y: Math.max(0, bottom), yshift: -grid.labelPx, xanchor: "center",
+                               yanchor: "top", showarrow: false, font: {size: 12}});
+      if (col === 0) {
+        layout.annotations.push({text: "query", xref: "paper", yref: "paper", x: x0, xshift: -grid.queryPx,
+                                 y: (Math.max(0, bottom) + Math.min(1, top)) / 2, xanchor: "center",
+                                 yanchor: "middle", textangle: -90, showarrow: false, font: {size: 12}});
+      }
       layout.shapes.push({type: "rect", xref: "x" + sfx + " domain", yref: "y" + sfx + " domain",
                           x0: 0, x1: 1, y0: 0, y1: 1, layer: "below", fillcolor: MASKED_COLOR,
                           line: {width: 0}});
-      layout.annotations.push({text: "layer " + layer + ", head " + p, xref: "paper", yref: "paper",
+      layout.annotations.push({name: "head", text: "layer " + layer + ", head " + p, xref: "paper", yref: "paper",
                                x: (x0 + Math.min(1, x1)) / 2, y: Math.min(1, top), xanchor: "center",
                                yanchor: "bottom", showarrow: false, font: {size: narrow ? 12 : 13}});
+      layout.images.push({source: window.mhaWeightsPicture(rows(state, layer, p), stops),
+                          xref: "x" + sfx, yref: "y" + sfx, x: -0.5, y: -0.5, sizex: L, sizey: L,
+                          sizing: "stretch", xanchor: "left", yanchor: "top", layer: "above"});
     }
-    return {data: data, layout: layout};
+    // what decides the frame: when it is the same, relayout() moves to the new text
+    var frame = JSON.stringify([H, grid.cols, grid.panel, grid.rowPx, grid.height, grid.margin, narrow]);
+    return {data: data, layout: layout, grid: grid, frame: frame};
+  }
+
+  function rows(state, n, h) {  // (L, L) weights of head h of layer n, later keys null
+    var L = state.tokens.length;
+    return state.weights[n][h].map(function (row) {
+      var z = Array.prototype.slice.call(row);
+      while (z.length < L) z.push(null);
+      return z;
+    });
+  }
+
+  /* The relayout that turns the figure drawn as `old` into `fig` (the same frame): axes,
+   * ticks, titles and pictures that changed. */
+  function relayout(old, fig) {
+    var update = {};
+    Object.keys(fig.layout).forEach(function (key) {
+      if (!/^[xy]axis\d*$/.test(key)) return;
+      ["range", "tickvals", "ticktext", "tickangle"].forEach(function (attr) {
+        if (JSON.stringify(old.layout[key][attr]) !== JSON.stringify(fig.layout[key][attr])) {
+          update[key + "." + attr] = fig.layout[key][attr];
+        }
+      });
+    });
+    fig.layout.annotations.forEach(function (a, i) {
+      if (old.layout.annotations[i].text !== a.text) update["annotations[" + i + "].text"] = a.text;
+    });
+    fig.layout.images.forEach(function (image, i) {
+      ["source", "sizex", "sizey"].forEach(function (attr) {
+        if (old.layout.images[i][attr] !== image[attr]) update["images[" + i + "]." + attr] = image[attr];
+      });
+    });
+    return update;
   }
 
   // --- the page --------------------------------------------------------------------------------
@@ -557,19 +585,73 @@
         "to bottom, colour from 0 (dark purple) to 1 (yellow); grey cells are later keys a query cannot see.";
     }
 
-    var shownWidth = null, pending = false;
+    var shownWidth = null, pending = false, drawn = null, shownTokens = null;
     function draw() {
       var state = api.state, n = layer();
       shownWidth = gd.clientWidth;
+      tip.hidden = true;
       if (!state.tokens.length) {
         gd.style.height = "0px";
+        drawn = null;
         return Plotly.react(gd, [], {height: 10}, PLOT_CONFIG);
       }
-      var fig = figure(model, state, n, gd.clientWidth || 700, narrow());
-      gd.style.height = fig.layout.height + "px";
+      // the same tokens, layer and width as on screen (typing on past the tokens read): nothing to draw
+      var what = JSON.stringify([state.tokens, n, gd.clientWidth, narrow()]);
+      if (drawn && drawn.what === what && gd.mhaSource) return Promise.resolve();
+      var fig = figure(model, state, n, gd.clientWidth || 700, narrow(), settings.colorscale);
+      fig.what = what;
       gd.setAttribute("aria-label", describe(state, n));
+      var old = drawn;
+      drawn = fig;
+      api.shownLayer = n;
+      if (old && old.frame === fig.frame && gd.mhaSource) {
+        gd.mhaSource = {data: gd.mhaSource.data, layout: fig.layout, config: PLOT_CONFIG};  // for a theme switch
+        var update = relayout(old, fig);
+        return Object.keys(update).length ? Plotly.relayout(gd, update) : Promise.resolve();
+      }
+      gd.style.height = fig.layout.height + "px";
       return Plotly.react(gd, fig.data, fig.layout, PLOT_CONFIG);
     }
+
+    // hover: the weight under the pointer, from the state on screen (plotly's hover is off)
+    var tip = el("div", {"class": "mha-explorer-tip", "aria-hidden": "true"});
+    tip.hidden = true;
+    gd.parentElement.style.position = "relative";
+    gd.parentElement.appendChild(tip);
+    function cellAt(event) {  // {head, query, key} under the pointer, or null
+      var fig = drawn, state = api.state;
+      if (!fig || !state || !state.tokens.length) return null;
+      var box = gd.getBoundingClientRect(), g = fig.grid, m = g.margin, L = state.tokens.length;
+      var plotW = box.width - m.l - m.r, plotH = fig.layout.height - m.t - m.b;
+      var x = event.clientX - box.left - m.l, y = event.clientY - box.top - m.t;
+      for (var p = 0; p < model.H; p++) {
+        var sfx = p === 0 ? "" : String(p + 1);
+        var xd = fig.layout["xaxis" + sfx].domain, yd = fig.layout["yaxis" + sfx].domain;
+        var left = xd[0] * plotW, right = xd[1] * plotW, top = (1 - yd[1]) * plotH, bottom = (1 - yd[0]) * plotH;
+        if (x < left || x >= right || y < top || y >= bottom) continue;
+        var j = Math.floor((x - left) / (right - left) * L), i = Math.floor((y - top) / (bottom - top) * L);
+        return j <= i ? {head: p, query: i, key: j} : null;  // later keys have no weight
+      }
+      return null;
+    }
+    function hover(event) {
+      var cell = cellAt(event);
+      if (!cell) { tip.hidden = true; return; }
+      var state = api.state, n = api.shownLayer, w = state.weights[n][cell.head][cell.query][cell.key];
+      tip.textContent = "";
+      ["layer " + n + ", head " + cell.head, "query " + cell.query + ": " + state.tokens[cell.query],
+       "key " + cell.key + ": " + state.tokens[cell.key], "weight " + w.toFixed(3)].forEach(function (line) {
+        tip.appendChild(el("div", {text: line}));
+      });
+      var area = gd.parentElement.getBoundingClientRect();
+      tip.hidden = false;
+      tip.style.left = Math.max(0, Math.min(event.clientX - area.left + 12, area.width - tip.offsetWidth)) + "px";
+      tip.style.top = (event.clientY - area.top + 12) + "px";
+    }
+    gd.addEventListener("pointermove", hover);
+    gd.addEventListener("pointerdown", hover);
+    gd.addEventListener("pointerleave", function () { tip.hidden = true; });
+
     function finish() {
       api.rendered += 1;
       root.setAttribute("data-rendered", String(api.rendered));
@@ -577,8 +659,14 @@
     function update() {
       pending = false;
       api.state = readText(model, input.value, settings, api.state);
-      showTokens(api.state);
-      showHint(api.state);
+      // the token chips and the hint are built again only when what they show changed (typing
+      // on in a long text, past the tokens read, changes neither)
+      var shows = JSON.stringify([api.state.tokens, api.state.truncated, api.state.unknown]);
+      if (shows !== shownTokens) {
+        shownTokens = shows;
+        showTokens(api.state);
+        showHint(api.state);
+      }
       showContinuation(api.state);
       writeOn.disabled = !api.state.continuation.length;
       return Promise.resolve(draw()).then(finish);
@@ -618,6 +706,12 @@
     if (window.ResizeObserver) new ResizeObserver(resized).observe(root);
     window.addEventListener("resize", resized);
     api.update = update;
+    // what is on screen, for tests: the layer, and per head its weights (later keys null)
+    api.shown = function () {
+      var state = api.state, n = api.shownLayer;
+      if (!drawn || !state.tokens.length) return {layer: n, heads: []};
+      return {layer: n, heads: state.weights[n].map(function (_, h) { return rows(state, n, h); })};
+    };
     update();
     return api;
   }

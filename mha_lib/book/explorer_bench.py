@@ -8,7 +8,8 @@ Usage::
 * live: median time from setting a slider's ``value`` (what a reader's drag does in the kernel)
   to the updated ``FigureWidget``, for the default explorer; goal <= 20 ms.
 * website: median time in Chromium from the mouse press on a range input of chapter 4's
-  kernel-free explorer (2 and 8 heads) to the first animation frame after plotly redrew, and
+  kernel-free explorer (2 and 8 heads) to the first animation frame after the explorer put the
+  new state on screen, and
   from a keystroke in chapter 12's text box (a 12-word and a 200-word text) to the first frame
   after its figure was drawn again; at full speed and with the CPU slowed down 4 times (a
   phone); goal <= 150 ms at full speed, <= 300 ms slowed down.

@@ -19,6 +19,7 @@ import numbers
 from typing import Sequence
 
 import numpy as np
+import plotly.colors as pc
 import plotly.graph_objects as go
 import torch
 
@@ -43,6 +44,7 @@ __all__ = [
     "as_weights",
     "attention_heatmaps",
     "check_title",
+    "colour_stops",
     "example_labels",
     "heatmap_parts",
     "masked_keys",
@@ -253,6 +255,15 @@ def _categories(ticks: Sequence[str], labelled: bool) -> list[str]:
 def _panel_text(z: np.ndarray) -> list[list[str]]:
     """Hover texts of one panel, (Lq, Lk) weights with NaN for masked keys."""
     return [[_weight_text(w) for w in row] for row in z]
+
+
+def colour_stops(colorscale: object = _COLORSCALE) -> list:
+    """A plotly colour scale (a name such as "Viridis", or [[t, colour], ...]) as
+    [[t, [r, g, b]], ...], for the pages that colour weights themselves (the explorers on the
+    website draw their weights as pictures, linear in RGB between these stops, as plotly does)."""
+    stops = pc.get_colorscale(colorscale) if isinstance(colorscale, str) else colorscale
+    return [[float(t), [round(c) for c in pc.unlabel_rgb(pc.convert_colors_to_same_type(colour, "rgb")[0][0])]]
+            for t, colour in stops]
 
 
 def heatmap_parts(

@@ -6,8 +6,10 @@ in advance by :meth:`mha_lib.viz.scene.Source.weights` (the real MultiHeadAttent
 stored in the figure (``layout.meta["explorer"]``). The examples of a batch do not influence
 each other, so the weights of example ``b`` depend only on (H, its own valid length): the
 figure stores one state per (H, example, valid length), and a short script combines the
-sliders' positions into one ``Plotly.react`` call. That keeps the page small: the default
-explorer holds 4 head counts x 2 examples x 7 valid lengths states, not 4 x 7 x 7.
+sliders' positions: plotly draws each head count's frame once, and the weights are pictures
+swapped over its panels (see :data:`_REDRAW_JS`). That keeps the page small (the default
+explorer holds 4 head counts x 2 examples x 7 valid lengths states, not 4 x 7 x 7) and a slider
+move cheap.
 
 Shape legend
     B   number of examples (one valid-length slider each)
@@ -22,12 +24,11 @@ import json
 import numbers
 
 import numpy as np
-import plotly.colors as pc
 import plotly.graph_objects as go
 import plotly.io as pio
 
 from mha_lib._checks import check_positive_int
-from mha_lib.viz.heatmaps import DEFAULT_MAX_COLS
+from mha_lib.viz.heatmaps import DEFAULT_MAX_COLS, colour_stops
 from mha_lib.viz.scene import Source, make_source
 
 __all__ = ["CONTROLS_ID", "DIV_ID", "static_explorer", "static_explorer_html"]
@@ -84,30 +85,10 @@ _REDRAW_JS = """
     box.setAttribute("aria-label", describe(state));
   }
 
-  // --- pictures of the weights -------------------------------------------------------------
-  function colour(w) {  // a weight in [0, 1] -> [r, g, b], linear between the scale's stops
-    var stops = ex.colorscale, k = 1;
-    while (k < stops.length - 1 && stops[k][0] < w) k++;
-    var a = stops[k - 1], b = stops[k], f = (w - a[0]) / (b[0] - a[0]);
-    return [0, 1, 2].map(function (c) { return Math.round(a[1][c] + f * (b[1][c] - a[1][c])); });
-  }
-  var canvas = document.createElement("canvas"), pictures = {};
+  // --- pictures of the weights (window.mhaWeightsPicture, in mha-figures.js) ---------------
+  var pictures = {};
   function picture(key, z) {  // (Lq, Lk) weights, masked keys null -> a PNG data URL ("" if all masked)
-    if (key in pictures) return pictures[key];
-    var Lq = z.length, Lk = z[0].length, any = false;
-    canvas.width = Lk;
-    canvas.height = Lq;
-    var ctx = canvas.getContext("2d"), image = ctx.createImageData(Lk, Lq), px = image.data;
-    for (var i = 0; i < Lq; i++) {
-      for (var j = 0; j < Lk; j++) {
-        if (z[i][j] === null) continue;  // transparent: the panel's grey background shows
-        var c = colour(z[i][j]), o = 4 * (i * Lk + j);
-        px[o] = c[0]; px[o + 1] = c[1]; px[o + 2] = c[2]; px[o + 3] = 255;
-        any = true;
-      }
-    }
-    ctx.putImageData(image, 0, 0);
-    return (pictures[key] = any ? canvas.toDataURL("image/png") : "");
+    return key in pictures ? pictures[key] : (pictures[key] = window.mhaWeightsPicture(z, ex.colorscale));
   }
   function weightsOf(trace, state) {  // the stored (Lq, Lk) weights a panel shows in `state`
     var b = trace.meta.example;
@@ -310,13 +291,6 @@ def _one_subplot_per_example(traces: list[dict], layout: dict) -> tuple[list[dic
     return new_traces, out
 
 
-def _colour_stops(colorscale) -> list:
-    """A plotly colour scale (a name such as "Viridis", or [[t, colour], ...]) as [[t, [r, g, b]], ...]."""
-    stops = pc.get_colorscale(colorscale) if isinstance(colorscale, str) else colorscale
-    return [[float(t), [round(c) for c in pc.unlabel_rgb(pc.convert_colors_to_same_type(colour, "rgb")[0][0])]]
-            for t, colour in stops]
-
-
 def _cells(queries: list[str], keys: list[str]) -> list[list[list[str]]]:
     """(Lq, Lk) cells of a panel, each [its query, its key] (the hover text names both)."""
     return [[[q, k] for k in keys] for q in queries]
@@ -421,7 +395,7 @@ def static_explorer(
     initial_layout.update(meta={
         "description": description,
         "explorer": {"heads": heads, "weights": states, "traces": skeletons,
-                     "colorscale": _colour_stops(initial_layout["coloraxis"]["colorscale"]),
+                     "colorscale": colour_stops(initial_layout["coloraxis"]["colorscale"]),
                      "narrow_traces": narrow_skeletons,
                      "layouts": layouts, "narrow_layouts": narrow_layouts, "batch_size": B,
                      "num_keys": Lk, "valid_lens": lens, "heads_index": heads.index(num_heads),
@@ -458,9 +432,9 @@ def static_explorer_html(fig: go.Figure | None = None, **kwargs) -> str:
     """HTML for the website: native controls, the figure's div (fixed id) and its script.
 
     The controls are ``<input type="range">`` elements with ``<label>``s (mouse, touch and
-    keyboard: arrow keys, Home, End). plotly.js is served by the book's own ``_static`` (see
-    ``mha_lib.book.sphinx_ext``): the HTML has no CDN link and no MathJax. Show it with
-    ``IPython.display.HTML(...)``.
+    keyboard: arrow keys, Home, End). plotly.js and ``mha-figures.js`` (the pictures of
+    weights) are served by the book's own ``_static`` (see ``mha_lib.book.sphinx_ext``): the
+    HTML has no CDN link and no MathJax. Show it with ``IPython.display.HTML(...)``.
 
     Args:
         fig: a figure from :func:`static_explorer`; built from ``kwargs`` when None.

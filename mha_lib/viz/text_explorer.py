@@ -38,7 +38,7 @@ import torch
 from mha_lib import lm
 from mha_lib._modes import eval_mode
 from mha_lib.stories import Tokenizer
-from mha_lib.viz.heatmaps import MASKED_COLOR
+from mha_lib.viz.heatmaps import MASKED_COLOR, colour_stops
 
 __all__ = [
     "explore_text",
@@ -409,7 +409,7 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
     text, layer = _check_text(text), _check_layer(layer, model)
     exported = json.dumps(lm.export(model, tokenizer), separators=(",", ":")).replace("</", "<\\/")
     settings = json.dumps({"max_tokens": _MAX_TOKENS, "continuation_tokens": _CONTINUATION_TOKENS,
-                           "stop": _STOP}, separators=(",", ":"))
+                           "stop": _STOP, "colorscale": colour_stops()}, separators=(",", ":"))
     examples = "".join(
         f'<button type="button" class="mha-lm-example" data-text="{html.escape(example, quote=True)}">'
         f"{html.escape(label)}</button>" for label, example in _EXAMPLES)

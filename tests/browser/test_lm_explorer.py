@@ -29,6 +29,7 @@ import torch
 
 from conftest import SITE_DIR, VIEWPORTS, _QuietHandler
 from mha_lib import lm
+from mha_lib.book.browser import _picture_problems
 from mha_lib.book.sphinx_ext import FIGURES_JS, LM_JS, PLOTLY_JS, STATIC
 from mha_lib.stories import GENDER as NAMES
 from mha_lib.stories import Tokenizer, sample_stories
@@ -103,18 +104,35 @@ def _expected(model: lm.StoryLM, tokenizer: Tokenizer, text: str) -> _Reading:
     return _read(model, tokenizer, text)
 
 
-# What the page shows: every heatmap trace (meta, visibility, z, its axes' tick labels), the
-# state of the explorer, the continuation and the marked tokens.
+# What the page shows: per head of the layer shown, its weights (the explorer's own account),
+# its axes' tick labels and its picture on screen (decoded to pixels); the state of the
+# explorer, the continuation and the marked tokens.
 _READ_JS = """
-() => {
+async () => {
   const root = document.getElementById("mha-lm"), gd = document.getElementById("mha-lm-figure");
-  const state = root.mhaLM.state, layout = gd.layout;
+  const state = root.mhaLM.state, layout = gd.layout, shown = root.mhaLM.shown();
+  const onScreen = [...gd.querySelectorAll(".layer-above .imagelayer image")].map((i) => i.getAttribute("href"));
+  const decode = async (href) => {
+    if (!href) return null;
+    const image = new Image();
+    image.src = href;
+    await image.decode();
+    const canvas = Object.assign(document.createElement("canvas"), {width: image.width, height: image.height});
+    const context = canvas.getContext("2d");
+    context.drawImage(image, 0, 0);
+    return {width: image.width, height: image.height,
+            rgba: [...context.getImageData(0, 0, image.width, image.height).data]};
+  };
+  const sources = (layout.images || []).map((i) => i.source);
   return {
-    traces: gd.data.filter((t) => t.type === "heatmap").map((t) => ({
-      meta: t.meta, visible: t.visible, z: t.z,
-      x: layout["xaxis" + t.xaxis.slice(1)].ticktext, y: layout["yaxis" + t.yaxis.slice(1)].ticktext,
-      ticks: layout["xaxis" + t.xaxis.slice(1)].tickvals})),
-    titles: (layout.annotations || []).map((a) => a.text),
+    shown_layer: shown.layer,
+    heads: await Promise.all(shown.heads.map(async (z, h) => {
+      const sfx = h ? String(h + 1) : "";
+      return {z, x: layout["xaxis" + sfx].ticktext, y: layout["yaxis" + sfx].ticktext,
+              ticks: layout["xaxis" + sfx].tickvals, picture: await decode(sources[h])};
+    })),
+    pictures_on_screen: JSON.stringify(onScreen) === JSON.stringify(sources.filter((s) => s)),
+    titles: (layout.annotations || []).filter((a) => a.name === "head").map((a) => a.text),
     layer: Number(root.querySelector("input[name=lm-layer]:checked").value),
     tokens: state.tokens, continuation: state.continuation,
     added: root.querySelector(".mha-lm-continuation strong").textContent,
@@ -174,20 +192,21 @@ def _compare(shown: dict, expected: _Reading, layer: int | None = 0) -> float:
     """Assert the page shows PyTorch's weights and continuation, the heads of ``layer`` (None:
     the layer the page offers first); returns the largest |difference|."""
     layer = shown["layer"] if layer is None else layer
-    assert shown["layer"] == layer
+    assert shown["layer"] == shown["shown_layer"] == layer
     weights = expected.weights
     N, H, L, _ = weights.shape
     assert shown["tokens"] == expected.tokens
-    assert [t["meta"] for t in shown["traces"]] == [{"layer": n, "head": h} for n in range(N) for h in range(H)]
+    assert len(shown["heads"]) == H
+    assert shown["pictures_on_screen"]
     worst = 0.0
-    for trace in shown["traces"]:
-        n, h = trace["meta"]["layer"], trace["meta"]["head"]
-        assert trace["visible"] is (n == layer)
+    for h, trace in enumerate(shown["heads"]):
         z = np.array([[np.nan if w is None else w for w in row] for row in trace["z"]], dtype=float)
         assert z.shape == (L, L)
         future = np.triu(np.ones((L, L), dtype=bool), k=1)
         assert np.isnan(z[future]).all() and not np.isnan(z[~future]).any()
-        worst = max(worst, float(np.abs(z[~future] - weights[n, h][~future]).max()))
+        worst = max(worst, float(np.abs(z[~future] - weights[layer, h][~future]).max()))
+        # the picture on screen: each cell in its weight's colour, later keys transparent
+        assert _picture_problems(trace["picture"], trace["z"]) == [], f"head {h}"
         # the tick labels are the tokens; on small panels every step-th one (short texts: all)
         ticks = trace["ticks"]
         step = ticks[1] - ticks[0] if len(ticks) > 1 else 1

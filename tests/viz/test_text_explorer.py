@@ -19,6 +19,7 @@ import torch
 from mha_lib import lm
 from mha_lib.stories import Tokenizer
 from mha_lib.viz import explore_text, text_explorer_html
+from mha_lib.viz.heatmaps import colour_stops
 from mha_lib.viz.text_explorer import _CONTINUATION_TOKENS, _DEFAULT_TEXT, _EXAMPLES, _MAX_TOKENS, _suggestions
 
 TOKENIZER = Tokenizer()
@@ -184,7 +185,8 @@ def test_the_website_fragment_embeds_the_model_and_its_controls(model):
     assert 'class="plotly-graph-div' in fragment  # the book's extension then loads plotly.js
     assert "https://" not in fragment and "http://" not in fragment
     settings = json.loads(html.unescape(re.search(r'data-settings="([^"]*)"', fragment).group(1)))
-    assert settings == {"max_tokens": _MAX_TOKENS, "continuation_tokens": _CONTINUATION_TOKENS, "stop": "."}
+    assert settings == {"max_tokens": _MAX_TOKENS, "continuation_tokens": _CONTINUATION_TOKENS, "stop": ".",
+                        "colorscale": colour_stops("Viridis")}  # the page colours its pictures of weights
 
 
 @pytest.mark.parametrize("call", [explore_text, text_explorer_html])
