@@ -7,13 +7,14 @@ BUILD := _build/html
 CHAPTERS := $(wildcard chapters/*.ipynb)
 
 .PHONY: help venv lab chromium book test lint unit nbval unit-portable nbval-portable browser \
-	assignments student clean
+	chapters print-pdf assignments student clean
 
 help:
 	@echo "make lab      open the chapters in JupyterLab (creates .venv and installs first)"
 	@echo "make book     build the website into $(BUILD) (creates .venv and installs first)"
 	@echo "make test     import layers, unit tests (here and as on another processor), nbval as on"
-	@echo "              another processor, -W book build (every chapter executed), PDF, browser tests"
+	@echo "              another processor and the -W book build (every chapter executed) side by side,"
+	@echo "              one core each, PDF, browser tests"
 	@echo "make nbval    every chapter through nbval on this processor (the quick loop)"
 	@echo "make pdf      the whole book as one PDF, $(BUILD)/multihead-attention-book.pdf"
 	@echo "make assignments  nbgrader course in course/: source, release (see teaching.md)"
@@ -38,20 +39,38 @@ chromium:
 	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
 	else echo "Chromium is missing: run 'sudo apt-get install -y chromium' for the browser tests."; fi
 
-# Every notebook executed; warnings are errors.
+# Every notebook executed; warnings are errors. (PIN_BOOK: see `chapters`.)
 book: venv
 	$(JB) clean . >/dev/null
-	$(JB) build . --warningiserror --nitpick --keep-going
+	$(PIN_BOOK) $(JB) build . --warningiserror --nitpick --keep-going
 
 # The book build executes every chapter here with warnings as errors (a failing check cell fails
 # it), so the chapters run once here (book) and once as on another processor (nbval-portable,
 # which also compares the stored outputs); `make nbval` is the quick loop for one machine.
-test: lint unit unit-portable nbval-portable book pdf browser
+# `chapters` runs those two side by side; the PDF is then printed from that build.
+test: lint unit unit-portable chapters print-pdf browser
+
+# The chapters' two runs side by side, each on a core of its own (taskset): a chapter runs in
+# one kernel, which keeps one core busy, so one after the other they left the second core idle.
+# Pinned to one core, torch uses one thread, and neither run disturbs the timings the other's
+# chapters compare side by side (chapters 6, 9, 11). With fewer than two cores: one after the other.
+CORES := $(shell python3 -c "import os; print(*sorted(os.sched_getaffinity(0))[:2])" 2>/dev/null)
+chapters: venv
+ifeq ($(words $(CORES)),2)
+	$(MAKE) --no-print-directory -j2 --output-sync=target book nbval-portable \
+	    PIN_BOOK="taskset -c $(word 1,$(CORES))" PIN_NBVAL="taskset -c $(word 2,$(CORES))"
+else
+	$(MAKE) --no-print-directory book nbval-portable
+endif
 
 # The whole book as one PDF, printed offline by Chromium from the built website into
 # $(BUILD)/multihead-attention-book.pdf (contents page, figures, maths; explorers as a still).
 .PHONY: pdf
-pdf: book chromium
+pdf: book
+	$(MAKE) --no-print-directory print-pdf
+
+# The PDF of the website as it was last built.
+print-pdf: chromium
 	$(PY) -m mha_lib.book.pdf $(BUILD)
 
 # The layers of mha_lib (CONTRIBUTING.md), as contracts import-linter checks (.importlinter).
@@ -79,11 +98,13 @@ unit-portable: venv
 	MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not browser" -q $(XDIST)
 
 nbval-portable: venv
-	ATEN_CPU_CAPABILITY=default $(PY) -m pytest --nbval-lax $(CHAPTERS) --nbval-current-env \
+	ATEN_CPU_CAPABILITY=default $(PIN_NBVAL) $(PY) -m pytest --nbval-lax $(CHAPTERS) --nbval-current-env \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:randomly -q
 
+# Two workers; the tests of one xdist_group (a module whose tests share one pass over the
+# chapters) stay on one worker, the others are handed out one at a time.
 browser: venv chromium
-	$(PY) -m pytest tests/browser -m browser -q -n 2
+	$(PY) -m pytest tests/browser -m browser -q -n 2 --dist loadgroup
 
 # nbgrader course (git-ignored): course/source (instructor), course/release (students).
 assignments: venv

@@ -53,15 +53,18 @@ def test_no_module_is_longer_than_600_lines():
 def unused_public_names() -> list[str]:
     """``module.name`` for each name in an ``__all__`` that nothing outside the module uses."""
     modules = _public_modules()
-    texts = {p: p.read_text() for p in [*USERS, *PKG.rglob("*.py"), *PKG.rglob("*.js")] if p.exists()}
+    # each file's words, once: a name (an identifier) matches ``\bname\b`` in a text exactly
+    # when it is one of the text's maximal runs of word characters
+    words = {p: set(re.findall(r"\w+", p.read_text()))
+             for p in [*USERS, *PKG.rglob("*.py"), *PKG.rglob("*.js")] if p.exists()}
     unused = []
     for path, module in modules.items():
         for name in _declared_all(path) or []:
-            word = re.compile(rf"\b{re.escape(name)}\b")
+            assert name.isidentifier(), f"{module}.__all__ holds {name!r}"
             inside = path.parent if path.name == "__init__.py" else path
-            users = [p for p, text in texts.items()
-                     if word.search(text) and not (p == path or (path.name == "__init__.py"
-                                                                   and p.suffix == ".py" and inside in p.parents))]
+            users = [p for p, found in words.items()
+                     if name in found and not (p == path or (path.name == "__init__.py"
+                                                             and p.suffix == ".py" and inside in p.parents))]
             if not users:
                 unused.append(f"{module}.{name}")
     return unused

@@ -1,12 +1,7 @@
-"""The website as a reader finds it: search on the first screen, figures in dark mode, a landing
-page that leads to every chapter.
+"""The website as a reader finds it: figures in dark mode, a landing page that leads to every
+chapter. (Search on the first screen of every page is checked in ``test_site.py``, on the
+page load of ``test_page``.)
 
-* Search: on every page, at 1366 x 900 and 390 x 844, in a fresh browser context (the theme
-  then scrolls the chapter list to the current chapter), one search control is on screen and
-  not covered, before and after scrolling half-way down the page; Ctrl+K (laptop) or a tap
-  on it (phone) opens the search box with the cursor in it (its text clear of the magnifying
-  glass drawn over it); a typed query reaches the results page and lists matching pages,
-  offline. A reader who hides the chapter list on a laptop gets the header's search button.
 * Dark mode: a reader who switches the theme to dark after the page loaded gets every plotly
   figure redrawn with the page's dark background and light text (contrast at least 4.5:1
   against the figure's background) and the same colour scales; switching back restores the
@@ -30,85 +25,12 @@ from conftest import VIEWPORTS, toc_pages
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = toc_pages()
 FIGURE_PAGES = [p for p in PAGES if p.startswith("chapters/")]
-QUERY = "valid length"
-SEARCH_CONTROL = "button.search-button__button"
-
-# The search controls the reader can see: displayed, inside the viewport, and the element at
-# their centre is the control itself (nothing covers it).
-_ON_SCREEN_JS = """(selector) => [...document.querySelectorAll(selector)].filter(el => {
-  const style = getComputedStyle(el), r = el.getBoundingClientRect();
-  if (style.display === "none" || style.visibility === "hidden" || r.width < 10 || r.height < 10)
-    return false;
-  if (r.top < 0 || r.left < 0 || r.bottom > innerHeight || r.right > innerWidth) return false;
-  const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
-  return el.contains(hit);
-}).length"""
-
-
-# The focused search box's text starts right of the magnifying glass the theme draws over it.
-_TEXT_CLEAR_OF_ICON_JS = """() => {
-  const box = document.activeElement;
-  const icon = box.parentElement.querySelector(".fa-magnifying-glass");
-  if (!icon) return true;
-  const start = box.getBoundingClientRect().left + parseFloat(getComputedStyle(box).paddingLeft);
-  return start >= icon.getBoundingClientRect().right;
-}"""
 
 
 def _open(page, url: str) -> None:
     response = page.goto(url, wait_until="load")
     assert response is not None and response.ok, url
-    if url.endswith("/index.html"):  # Jupyter Book's index redirects to the root page
-        page.wait_for_url(re.compile(r".*/intro\.html$"))
     page.wait_for_load_state("networkidle")
-
-
-@pytest.mark.browser
-@pytest.mark.parametrize("viewport", list(VIEWPORTS))
-@pytest.mark.parametrize("path", PAGES)
-def test_search_is_on_the_first_screen_and_finds_pages(open_context, site_url, path, viewport):
-    page = open_context(viewport)
-    _open(page, site_url + path)
-    assert page.evaluate(_ON_SCREEN_JS, SEARCH_CONTROL) == 1, (
-        f"{path} at {viewport}: no search control on the first screen")
-    page.evaluate("() => window.scrollTo(0, document.documentElement.scrollHeight / 2)")
-    assert page.evaluate(_ON_SCREEN_JS, SEARCH_CONTROL) == 1, (
-        f"{path} at {viewport}: the search control leaves the screen when the page scrolls")
-    page.evaluate("() => window.scrollTo(0, 0)")
-
-    if viewport == "desktop":
-        page.keyboard.press("Control+k")
-    else:
-        page.locator(f"{SEARCH_CONTROL}:visible").first.tap()
-    page.wait_for_function(  # the cursor in a search box the reader can see
-        "() => { const el = document.activeElement;"
-        " return el && el.name === 'q' && el.getBoundingClientRect().width > 50; }", timeout=30_000)
-    assert page.evaluate(_TEXT_CLEAR_OF_ICON_JS), f"{path}: the icon covers the typed text"
-    page.keyboard.type(QUERY)
-    with page.expect_navigation():
-        page.keyboard.press("Enter")
-    page.wait_for_load_state("networkidle")
-    assert re.search(r"/search\.html\?q=valid\+length", page.url), page.url
-    results = page.locator("#search-results ul.search li a")
-    results.first.wait_for(state="attached", timeout=10_000)
-    titles = results.all_text_contents()
-    assert any("implementation" in t.lower() for t in titles), titles
-    assert page.external_requests == []
-    assert page.console_errors == []
-
-
-@pytest.mark.browser
-def test_search_stays_on_screen_when_the_chapter_list_is_hidden(open_context, site_url):
-    """On a laptop, a reader who hides the chapter list (and its search field) gets the
-    header's search button instead, and it opens the search box."""
-    page = open_context("desktop")
-    _open(page, site_url + FIGURE_PAGES[0])
-    page.locator("button[aria-label='Toggle primary sidebar']").first.click()
-    page.wait_for_function("() => getComputedStyle(document.querySelector('.bd-sidebar-primary'))"
-                           ".visibility === 'hidden'")
-    assert page.evaluate(_ON_SCREEN_JS, SEARCH_CONTROL) == 1
-    page.locator(f"{SEARCH_CONTROL}:visible").first.click()
-    page.wait_for_function("() => document.activeElement && document.activeElement.name === 'q'")
 
 
 # --- dark mode -------------------------------------------------------------------------------

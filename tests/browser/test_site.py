@@ -10,8 +10,19 @@ For each page of ``_toc.yml`` (plus Sphinx's index and search pages) at 1366 x 9
 * checks no page is wider than the viewport (no sideways scrolling);
 * checks every figure has a text alternative (``role="img"`` and an ``aria-label``) and that
   no two pieces of its text (titles, tick labels, annotations, legend) overlap;
+* checks no output (printed text, messages, logs) has a line past the right edge of its block,
+  and that a code line that stays long scrolls and shows a shadow on the edge where more code
+  waits (``mha_lib.book.site_audit._BLOCKS_JS``; issue 30, "read it anywhere");
 * runs axe-core (from ``axe-playwright-python``, injected locally) and fails on critical or
-  serious violations.
+  serious violations;
+* then, as a reader looking for something: one search control is on screen and not covered,
+  before and after scrolling half-way down the page; Ctrl+K (laptop) or a tap on it (phone)
+  opens the search box with the cursor in it (its text clear of the magnifying glass drawn
+  over it); a typed query goes to the search page, offline.
+
+One page load per page and viewport serves all of these (a chapter page takes seconds to load
+and lay out). The search page itself, which every search box leads to with the same address,
+is checked once per viewport: it lists the matching pages, offline.
 
 The navigation test clicks the theme's "Toggle primary sidebar" and "On this page" buttons and
 checks that each opens and closes its sidebar, at both viewports.
@@ -24,10 +35,33 @@ import re
 import pytest
 
 from conftest import VIEWPORTS, toc_pages
+from mha_lib.book.site_audit import cut_off_blocks
 
 MAX_PAGE_BYTES = 3_100_000  # transferred on a first visit (the test server does not compress); chapter 5 with the code in the wild weighs 3.05 MB
 PAGES = toc_pages()
 CHAPTER = next(p for p in PAGES if p.startswith("chapters/"))
+QUERY = "valid length"
+SEARCH_CONTROL = "button.search-button__button"
+
+# The search controls the reader can see: displayed, inside the viewport, and the element at
+# their centre is the control itself (nothing covers it).
+_ON_SCREEN_JS = """(selector) => [...document.querySelectorAll(selector)].filter(el => {
+  const style = getComputedStyle(el), r = el.getBoundingClientRect();
+  if (style.display === "none" || style.visibility === "hidden" || r.width < 10 || r.height < 10)
+    return false;
+  if (r.top < 0 || r.left < 0 || r.bottom > innerHeight || r.right > innerWidth) return false;
+  const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+  return el.contains(hit);
+}).length"""
+
+# The focused search box's text starts right of the magnifying glass the theme draws over it.
+_TEXT_CLEAR_OF_ICON_JS = """() => {
+  const box = document.activeElement;
+  const icon = box.parentElement.querySelector(".fa-magnifying-glass");
+  if (!icon) return true;
+  const start = box.getBoundingClientRect().left + parseFloat(getComputedStyle(box).paddingLeft);
+  return start >= icon.getBoundingClientRect().right;
+}"""
 
 # Text boxes of a plotly figure that must not overlap: [label, left, top, right, bottom] each.
 FIGURE_TEXT_JS = """
@@ -121,6 +155,60 @@ def _check_figures(page, problems: list[str]) -> None:
             problems.append(f"figure {i} ({label[:50]!r}): text outside the figure {outside[:4]}")
 
 
+def _check_blocks(page, path: str, problems: list[str]) -> None:
+    """No output with a line past the right edge of its block; code past it shows a scroll cue."""
+    found = cut_off_blocks(page)
+    if path.startswith("chapters/") and not found:
+        problems.append("no code or output block found")
+    cut = [(b["text"][:40], b["hidden_px"]) for b in found if b["hidden_px"] and b["kind"] == "output"]
+    silent = [b["text"][:40] for b in found if b["hidden_px"] and not b["cue"]]
+    if cut:
+        problems.append(f"outputs with lines past the right edge: {cut[:5]}")
+    if silent:
+        problems.append(f"code past the right edge without a scroll cue: {silent[:5]}")
+
+
+def _open_search_box(page, path: str, viewport: str) -> None:
+    """Ctrl+K (laptop) or a tap on the search control (phone): the cursor in a search box the
+    reader can see, its text clear of the magnifying glass."""
+    if viewport == "desktop":
+        page.keyboard.press("Control+k")
+    else:
+        page.locator(f"{SEARCH_CONTROL}:visible").first.tap()
+    page.wait_for_function(
+        "() => { const el = document.activeElement;"
+        " return el && el.name === 'q' && el.getBoundingClientRect().width > 50; }", timeout=30_000)
+    assert page.evaluate(_TEXT_CLEAR_OF_ICON_JS), f"{path}: the icon covers the typed text"
+
+
+def _search_control_on_screen(page, path: str, viewport: str) -> None:
+    """One search control on the first screen, still there half-way down; it opens the search
+    box (closed again with Escape)."""
+    page.evaluate("() => window.scrollTo(0, 0)")
+    assert page.evaluate(_ON_SCREEN_JS, SEARCH_CONTROL) == 1, (
+        f"{path} at {viewport}: no search control on the first screen")
+    page.evaluate("() => window.scrollTo(0, document.documentElement.scrollHeight / 2)")
+    assert page.evaluate(_ON_SCREEN_JS, SEARCH_CONTROL) == 1, (
+        f"{path} at {viewport}: the search control leaves the screen when the page scrolls")
+    page.evaluate("() => window.scrollTo(0, 0)")
+    _open_search_box(page, path, viewport)
+    page.keyboard.press("Escape")
+    page.wait_for_function("() => !document.activeElement || document.activeElement.name !== 'q'")
+
+
+def _search_from_the_page(page, site_url: str, path: str, viewport: str) -> None:
+    """A query typed into the page's search box goes to the one search page of the site (whose
+    results test_search_page_lists_matching_pages checks), offline."""
+    page.evaluate("() => window.scrollTo(0, 0)")
+    _open_search_box(page, path, viewport)
+    page.keyboard.type(QUERY)
+    with page.expect_navigation() as navigation:
+        page.keyboard.press("Enter")
+    assert page.url.split("#")[0] == f"{site_url}search.html?q=valid+length", page.url
+    assert navigation.value is not None and navigation.value.ok, page.url
+    assert page.external_requests == []
+
+
 @pytest.mark.browser
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
 @pytest.mark.parametrize("path", PAGES)
@@ -129,13 +217,17 @@ def test_page(open_context, site_url, site_dir, screenshot_dir, path, viewport):
     page = open_context(viewport)
     response = page.goto(site_url + path, wait_until="load")
     assert response is not None and response.ok
+    if path == "index.html":  # Jupyter Book's index redirects to the root page
+        page.wait_for_url(re.compile(r".*/intro\.html$"))
     page.wait_for_load_state("networkidle")
     problems: list[str] = []
     _wait_for_math(page, path, problems)
     page.wait_for_load_state("networkidle")
     transferred = sum(page.bytes_received.values())
+    _check_blocks(page, path, problems)
     _check_figures(page, problems)
     page.evaluate("() => window.scrollTo(0, 0)")
+    _search_control_on_screen(page, path, viewport)
     page.screenshot(path=str(screenshot_dir / f"{_slug(path)}-{viewport}.png"), full_page=True)
 
     if transferred > MAX_PAGE_BYTES:
@@ -155,9 +247,41 @@ def test_page(open_context, site_url, site_dir, screenshot_dir, path, viewport):
         problems.append(f"asked the network for {page.external_requests}")
     if page.console_errors:
         problems.append(f"console errors: {page.console_errors}")
-    # last: axe re-fetches stylesheets itself (and resolves one @import against the page's URL)
+    # axe re-fetches stylesheets itself (and resolves one @import against the page's URL)
     problems += [f"axe: {v}" for v in _serious_axe_violations(page)]
     assert problems == [], f"{path} at {viewport}:\n  " + "\n  ".join(problems)
+    _search_from_the_page(page, site_url, path, viewport)  # last: it leaves the page
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_search_page_lists_matching_pages(open_context, site_url, viewport):
+    """Where every page's search box leads (test_page): the pages matching the query, offline."""
+    page = open_context(viewport)
+    response = page.goto(f"{site_url}search.html?q=valid+length", wait_until="load")
+    assert response is not None and response.ok
+    page.wait_for_load_state("networkidle")
+    results = page.locator("#search-results ul.search li a")
+    results.first.wait_for(state="attached", timeout=10_000)
+    titles = results.all_text_contents()
+    assert any("implementation" in t.lower() for t in titles), titles
+    assert page.external_requests == []
+    assert page.console_errors == []
+
+
+@pytest.mark.browser
+def test_search_stays_on_screen_when_the_chapter_list_is_hidden(open_context, site_url):
+    """On a laptop, a reader who hides the chapter list (and its search field) gets the
+    header's search button instead, and it opens the search box."""
+    page = open_context("desktop")
+    page.goto(site_url + CHAPTER, wait_until="load")
+    page.wait_for_load_state("networkidle")
+    page.locator("button[aria-label='Toggle primary sidebar']").first.click()
+    page.wait_for_function("() => getComputedStyle(document.querySelector('.bd-sidebar-primary'))"
+                           ".visibility === 'hidden'")
+    assert page.evaluate(_ON_SCREEN_JS, SEARCH_CONTROL) == 1
+    page.locator(f"{SEARCH_CONTROL}:visible").first.click()
+    page.wait_for_function("() => document.activeElement && document.activeElement.name === 'q'")
 
 
 _VISIBLE_JS = """(selector) => {
