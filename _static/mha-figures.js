@@ -169,6 +169,33 @@
     return any ? pictureCanvas.toDataURL("image/png") : "";
   };
 
+  /* The hover box of the explorers that colour their weights themselves (plotly's hover would
+   * show the weights plotly was given, not the state on screen): a box in `container` (which
+   * is positioned), hidden from screen readers; show(lines, clientX, clientY) puts the lines
+   * beside the pointer, kept inside the container; hide() hides it. */
+  window.mhaHoverBox = function (container) {
+    var tip = document.createElement("div");
+    tip.className = "mha-explorer-tip";
+    tip.setAttribute("aria-hidden", "true");
+    tip.hidden = true;
+    container.appendChild(tip);
+    return {
+      show: function (lines, clientX, clientY) {
+        tip.textContent = "";
+        lines.forEach(function (line) {
+          var row = document.createElement("div");
+          row.textContent = line;
+          tip.appendChild(row);
+        });
+        var area = container.getBoundingClientRect();
+        tip.hidden = false;
+        tip.style.left = Math.max(0, Math.min(clientX - area.left + 12, area.width - tip.offsetWidth)) + "px";
+        tip.style.top = (clientY - area.top + 12) + "px";
+      },
+      hide: function () { tip.hidden = true; },
+    };
+  };
+
   window.mhaNarrowPx = NARROW_PX;
   window.mhaIsNarrow = isNarrow;
   window.mhaChooseLayout = chooseLayout;

@@ -589,7 +589,7 @@
     function draw() {
       var state = api.state, n = layer();
       shownWidth = gd.clientWidth;
-      tip.hidden = true;
+      tip.hide();
       if (!state.tokens.length) {
         gd.style.height = "0px";
         drawn = null;
@@ -614,10 +614,8 @@
     }
 
     // hover: the weight under the pointer, from the state on screen (plotly's hover is off)
-    var tip = el("div", {"class": "mha-explorer-tip", "aria-hidden": "true"});
-    tip.hidden = true;
     gd.parentElement.style.position = "relative";
-    gd.parentElement.appendChild(tip);
+    var tip = window.mhaHoverBox(gd.parentElement);
     function cellAt(event) {  // {head, query, key} under the pointer, or null
       var fig = drawn, state = api.state;
       if (!fig || !state || !state.tokens.length) return null;
@@ -636,21 +634,15 @@
     }
     function hover(event) {
       var cell = cellAt(event);
-      if (!cell) { tip.hidden = true; return; }
+      if (!cell) { tip.hide(); return; }
       var state = api.state, n = api.shownLayer, w = state.weights[n][cell.head][cell.query][cell.key];
-      tip.textContent = "";
-      ["layer " + n + ", head " + cell.head, "query " + cell.query + ": " + state.tokens[cell.query],
-       "key " + cell.key + ": " + state.tokens[cell.key], "weight " + w.toFixed(3)].forEach(function (line) {
-        tip.appendChild(el("div", {text: line}));
-      });
-      var area = gd.parentElement.getBoundingClientRect();
-      tip.hidden = false;
-      tip.style.left = Math.max(0, Math.min(event.clientX - area.left + 12, area.width - tip.offsetWidth)) + "px";
-      tip.style.top = (event.clientY - area.top + 12) + "px";
+      tip.show(["layer " + n + ", head " + cell.head, "query " + cell.query + ": " + state.tokens[cell.query],
+                "key " + cell.key + ": " + state.tokens[cell.key], "weight " + w.toFixed(3)],
+               event.clientX, event.clientY);
     }
     gd.addEventListener("pointermove", hover);
     gd.addEventListener("pointerdown", hover);
-    gd.addEventListener("pointerleave", function () { tip.hidden = true; });
+    gd.addEventListener("pointerleave", tip.hide);
 
     function finish() {
       api.rendered += 1;

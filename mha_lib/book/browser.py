@@ -11,9 +11,23 @@ from __future__ import annotations
 
 from mha_lib.viz.static_explorer import CONTROLS_ID, DIV_ID
 
-__all__ = ["click_control", "install_redraw_timer", "redraw_times"]
+__all__ = ["DECODE_PICTURE_JS", "click_control", "install_redraw_timer", "redraw_times"]
 
 _COLOUR_TOLERANCE = 1.5  # per channel (0-255): the page rounds colours to integers, weights to 4 decimals
+
+# A picture of weights (a data URL, "" for none) decoded in the page: null, or its width, height
+# and pixels (RGBA, row by row), for :func:`_picture_problems`.
+DECODE_PICTURE_JS = """async (href) => {
+  if (!href) return null;
+  const image = new Image();
+  image.src = href;
+  await image.decode();
+  const canvas = Object.assign(document.createElement("canvas"), {width: image.width, height: image.height});
+  const context = canvas.getContext("2d");
+  context.drawImage(image, 0, 0);
+  return {width: image.width, height: image.height,
+          rgba: [...context.getImageData(0, 0, image.width, image.height).data]};
+}"""
 
 # The explorer's state: control positions and labels, the panels on screen with their weights
 # (the explorer's own account, ``gd.mhaExplorer.shown()``), the pictures of weights on screen
@@ -29,19 +43,7 @@ async ([divId, controlsId]) => {
   const pictures = (graph.layout.images || []).map((image) => image.source || "");
   const onScreen = [...graph.querySelectorAll(".layer-above .imagelayer image")]
     .map((image) => image.getAttribute("href"));
-  const pixels = await Promise.all(pictures.map(async (href) => {
-    if (!href) return null;
-    const image = new Image();
-    image.src = href;
-    await image.decode();
-    const canvas = document.createElement("canvas");
-    canvas.width = image.width;
-    canvas.height = image.height;
-    const context = canvas.getContext("2d");
-    context.drawImage(image, 0, 0);
-    return {width: image.width, height: image.height,
-            rgba: [...context.getImageData(0, 0, image.width, image.height).data]};
-  }));
+  const pixels = await Promise.all(pictures.map(__DECODE__));
   return {
     active: inputs.map((i) => Number(i.value)),
     labels: inputs.map((i) => document.querySelector(`label[for="${i.id}"]`).textContent.trim()),
@@ -61,7 +63,7 @@ async ([divId, controlsId]) => {
     bottom: gd.getBoundingClientRect().bottom,
   };
 }
-"""
+""".replace("__DECODE__", DECODE_PICTURE_JS)
 
 # A promise that settles when the explorer has put its next state on screen (its
 # "mha-explorer-drawn" event), or, a safety net for a failure to report, false after 60 s.

@@ -41,13 +41,13 @@ CONTROLS_ID = DIV_ID + "-controls"
 # Plotly draws the frame of a head count: axes, panel titles, the grey background of each panel,
 # the colour bar, and one transparent heatmap per panel that only answers hovering. The weights
 # themselves are pictures over the panels (layout images, one pixel per cell, masked keys
-# transparent so the grey shows), coloured here from the stored weights with the figure's colour
-# scale. Each frame is drawn once (Plotly.react), in its own plotly div, when its head count (or
+# transparent so the grey shows), coloured from the stored weights with the figure's colour scale
+# (mhaWeightsPicture in mha-figures.js). Each frame is drawn once (Plotly.react), in its own plotly div, when its head count (or
 # the phone layout) is first chosen; after that a change of any control shows that frame and
 # swaps the pictures that differ (Plotly.relayout of images[i].source, which redraws nothing
 # else). Drawing a frame costs plotly dozens of forced layouts; swapping pictures costs none,
 # which is what keeps the sliders responsive on a slow phone. The hover box (example, head,
-# query, key, weight) is drawn here from the state on screen. A drag's many input events are
+# query, key, weight) shows the state on screen (mhaHoverBox in mha-figures.js). A drag's many input events are
 # drawn once per animation frame (the latest position); once a state is on screen the box's
 # data-drawn says which, and the box sends a "mha-explorer-drawn" event.
 _REDRAW_JS = """
@@ -122,24 +122,14 @@ _REDRAW_JS = """
   }
 
   // --- hover: the weight under the pointer, from the state on screen ------------------------
-  var tip = document.createElement("div");
-  tip.className = "mha-explorer-tip";
-  tip.setAttribute("aria-hidden", "true");
-  tip.hidden = true;
-  box.parentElement.appendChild(tip);
+  var tip = window.mhaHoverBox(box.parentElement);
   function hover(event) {
-    var point = event.points && event.points[0];
+    var point = event.points && event.points[0], e = event.event || {};
     if (!point || !shown) return;
     var m = point.data.meta, i = point.pointNumber[0], j = point.pointNumber[1];
     var w = weightsOf(point.data, shown)[i][j];
-    tip.textContent = "";
-    [point.data.name, "query " + m.queries[i], "key " + m.keys[j], w === null ? "masked" : "weight " + w.toFixed(3)]
-      .forEach(function (line) { var d = document.createElement("div"); d.textContent = line; tip.appendChild(d); });
-    var area = box.parentElement.getBoundingClientRect(), e = event.event || {};
-    tip.hidden = false;
-    var x = (e.clientX || 0) - area.left + 12, y = (e.clientY || 0) - area.top + 12;
-    tip.style.left = Math.max(0, Math.min(x, area.width - tip.offsetWidth)) + "px";
-    tip.style.top = y + "px";
+    tip.show([point.data.name, "query " + m.queries[i], "key " + m.keys[j],
+              w === null ? "masked" : "weight " + w.toFixed(3)], e.clientX || 0, e.clientY || 0);
   }
 
   // --- frames: one plotly div per head count (and phone or wide layout), drawn once -----------
@@ -162,7 +152,7 @@ _REDRAW_JS = """
       f.gd.style.height = f.drawn.layout.height + "px";
       done = Plotly.react(f.gd, f.drawn.traces, f.drawn.layout, config);
       f.gd.on("plotly_hover", hover);
-      f.gd.on("plotly_unhover", function () { tip.hidden = true; });
+      f.gd.on("plotly_unhover", tip.hide);
     } else {  // swap the pictures that differ from the state this frame last showed
       var pics = sources(f.drawn.traces, state), update = {};
       var images = f.drawn.layout.images.map(function (image, i) {
@@ -188,7 +178,7 @@ _REDRAW_JS = """
     shown = state;
     labels(state);
     box.dataset.state = key;
-    tip.hidden = true;
+    tip.hide();
     return show(state[0], isNarrow, state).then(function () {
       if (shownKey !== key) return;
       box.dataset.drawn = key;  // the figure shows this state

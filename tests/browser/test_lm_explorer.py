@@ -29,7 +29,7 @@ import torch
 
 from conftest import SITE_DIR, VIEWPORTS, _QuietHandler
 from mha_lib import lm
-from mha_lib.book.browser import _picture_problems
+from mha_lib.book.browser import DECODE_PICTURE_JS, _picture_problems
 from mha_lib.book.sphinx_ext import FIGURES_JS, LM_JS, PLOTLY_JS, STATIC
 from mha_lib.stories import GENDER as NAMES
 from mha_lib.stories import Tokenizer, sample_stories
@@ -112,17 +112,7 @@ async () => {
   const root = document.getElementById("mha-lm"), gd = document.getElementById("mha-lm-figure");
   const state = root.mhaLM.state, layout = gd.layout, shown = root.mhaLM.shown();
   const onScreen = [...gd.querySelectorAll(".layer-above .imagelayer image")].map((i) => i.getAttribute("href"));
-  const decode = async (href) => {
-    if (!href) return null;
-    const image = new Image();
-    image.src = href;
-    await image.decode();
-    const canvas = Object.assign(document.createElement("canvas"), {width: image.width, height: image.height});
-    const context = canvas.getContext("2d");
-    context.drawImage(image, 0, 0);
-    return {width: image.width, height: image.height,
-            rgba: [...context.getImageData(0, 0, image.width, image.height).data]};
-  };
+  const decode = __DECODE__;
   const sources = (layout.images || []).map((i) => i.source);
   return {
     shown_layer: shown.layer,
@@ -141,7 +131,7 @@ async () => {
     suggestions: [...root.querySelectorAll(".mha-lm-suggestion")].map((b) => b.textContent),
   };
 }
-"""
+""".replace("__DECODE__", DECODE_PICTURE_JS)
 
 
 def _open(open_context, site_url, viewport: str = "desktop", path: str = "index.html"):
