@@ -139,3 +139,24 @@ def open_context(browser, site_url):
 def browser_page(open_context):
     """A fresh desktop page (see :func:`open_context`)."""
     return open_context("desktop")
+
+
+# Resolves when every finite animation or transition on the page has finished.
+_TRANSITIONS_DONE_JS = """() => Promise.all(document.getAnimations()
+  .filter(a => a.effect && a.effect.getComputedTiming().endTime < Infinity)
+  .map(a => a.finished.catch(() => null)))"""
+
+
+def serious_axe_violations(page, exclude: list[str]) -> list[str]:
+    """axe-core's critical and serious findings, outside the elements ``exclude`` selects."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    # axe reads colours as they are in that frame: a tooltip half-way through its fade (the
+    # search control's, shown again when the search box closes) fails contrast it passes shown
+    page.evaluate(_TRANSITIONS_DONE_JS)
+    results = Axe().run(page, context={"exclude": [[selector] for selector in exclude]})
+    return [
+        f"{v['id']} ({v['impact']}): {len(v['nodes'])} node(s), e.g. {v['nodes'][0]['target']}"
+        for v in results.response["violations"]
+        if v["impact"] in ("critical", "serious")
+    ]

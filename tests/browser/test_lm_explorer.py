@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SITE_DIR, VIEWPORTS, _QuietHandler
+from conftest import SITE_DIR, VIEWPORTS, _QuietHandler, serious_axe_violations
 from mha_lib import lm
 from mha_lib.book.browser import DECODE_PICTURE_JS, _picture_problems
 from mha_lib.book.sphinx_ext import FIGURES_JS, LM_JS, PLOTLY_JS, STATIC
@@ -300,16 +300,11 @@ def test_examples_suggestions_layers_and_write_on_from_the_keyboard(open_context
 @pytest.mark.browser
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
 def test_axe_finds_nothing_serious(open_context, site_url, viewport):
-    from axe_playwright_python.sync_playwright import Axe
-
     page = _open(open_context, site_url, viewport)
     page.locator("#lm-input").focus()
     _type(page, "The dragon eats a pizza because he")  # the hint and its buttons too
     page.locator("details summary").press("Enter")  # the known words, shown
-    results = Axe().run(page, context={"exclude": [[".js-plotly-plot"]]})
-    serious = [f"{v['id']} ({v['impact']}): {v['nodes'][0]['target']}"
-               for v in results.response["violations"] if v["impact"] in ("critical", "serious")]
-    assert serious == []
+    assert serious_axe_violations(page, [".js-plotly-plot"]) == []
     _clean(page)
 
 

@@ -34,7 +34,7 @@ import re
 
 import pytest
 
-from conftest import VIEWPORTS, toc_pages
+from conftest import VIEWPORTS, serious_axe_violations, toc_pages
 from mha_lib.book.site_audit import cut_off_blocks
 
 MAX_PAGE_BYTES = 3_100_000  # transferred on a first visit (the test server does not compress); chapter 5 with the code in the wild weighs 3.05 MB
@@ -101,20 +101,6 @@ def _overlaps(texts: list, tolerance: float = 2.0) -> list[tuple[str, str]]:
 
 def _slug(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "-", path.removesuffix(".html")).strip("-")
-
-
-def _serious_axe_violations(page) -> list[str]:
-    """axe-core's critical and serious findings. Code listings (Pygments colours, checked once
-    upstream) and the plotly SVGs (images with a text alternative) are left out: checking the
-    contrast of every token of every listing takes axe half a minute per page."""
-    from axe_playwright_python.sync_playwright import Axe
-
-    results = Axe().run(page, context={"exclude": [["div.highlight"], [".js-plotly-plot"]]})
-    return [
-        f"{v['id']} ({v['impact']}): {len(v['nodes'])} node(s), e.g. {v['nodes'][0]['target']}"
-        for v in results.response["violations"]
-        if v["impact"] in ("critical", "serious")
-    ]
 
 
 def _wait_for_math(page, path: str, problems: list[str]) -> None:
@@ -247,8 +233,11 @@ def test_page(open_context, site_url, site_dir, screenshot_dir, path, viewport):
         problems.append(f"asked the network for {page.external_requests}")
     if page.console_errors:
         problems.append(f"console errors: {page.console_errors}")
-    # axe re-fetches stylesheets itself (and resolves one @import against the page's URL)
-    problems += [f"axe: {v}" for v in _serious_axe_violations(page)]
+    # axe re-fetches stylesheets itself (and resolves one @import against the page's URL). Code
+    # listings (Pygments colours, checked once upstream) and the plotly SVGs (images with a text
+    # alternative) are left out: the contrast of every token takes axe half a minute per page.
+    skipped = ["div.highlight", ".js-plotly-plot"]
+    problems += [f"axe: {v}" for v in serious_axe_violations(page, skipped)]
     assert problems == [], f"{path} at {viewport}:\n  " + "\n  ".join(problems)
     _search_from_the_page(page, site_url, path, viewport)  # last: it leaves the page
 
