@@ -19,15 +19,14 @@ loopback server is refused.
 from __future__ import annotations
 
 import argparse
-import functools
 import html
-import http.server
 import io
 import re
-import threading
 from pathlib import Path
 
 import yaml
+
+from mha_lib.book.loopback import serve
 
 __all__ = ["PDF_NAME", "book_pages", "main", "website_url"]
 
@@ -104,11 +103,6 @@ def website_url(root: Path = ROOT) -> str:
     return f"https://{match.group(1).lower()}.github.io/{match.group(2)}/"
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
 def _contents_html(title: str, entries: list[tuple[str, int]], url: str) -> str:
     rows = "".join(f'<li><span class="t">{html.escape(t)}</span><span class="p">{p}</span></li>'
                    for t, p in entries)
@@ -144,47 +138,40 @@ def _write_pdf(site: Path, out: Path, *, chromium: str = "/usr/bin/chromium") ->
         raise ValueError(f"site lacks pages of the book: {missing}")
     url = website_url()
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    handler = functools.partial(_Quiet, directory=str(site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/"
     printed: list[tuple[str, bytes]] = []
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium,
-                                        args=["--no-sandbox", "--disable-gpu"])
-            context = browser.new_context(viewport=VIEWPORT)
-            context.route("**/*", lambda route: route.continue_()
-                          if route.request.url.startswith(base) else route.abort())
-            page = context.new_page()
-            for doc in docs:
-                page.goto(f"{base}{doc}.html", wait_until="load")
-                if not page.evaluate(_READY_JS):
-                    raise ValueError(f"{doc}: its figures were not drawn")
-                page.add_style_tag(content=_PRINT_CSS)
-                page.evaluate(_NOTE_JS, f"{url}{doc}.html")
-                page.emulate_media(media="print")
-                page.evaluate(_READY_JS)  # figures redrawn for the printed width
-                title = page.evaluate(
-                    "() => (document.querySelector('.bd-article h1') || {textContent: document.title})"
-                    ".textContent.replace(/#\\s*$/, '').trim()")
-                printed.append((title, page.pdf(format="A4", margin=MARGIN, print_background=True,
-                                                outline=False)))
-                page.emulate_media(media="screen")
-            # the contents page: one sheet (or more) before the chapters
-            starts, sheet = [], 0
-            for title, data in printed:
-                starts.append((title, sheet))
-                sheet += len(PdfReader(io.BytesIO(data)).pages)
-            head = _contents_html(config.get("title", "The book"), [(t, 1) for t, _ in starts], url)
-            page.set_content(head)
-            contents_sheets = len(PdfReader(io.BytesIO(page.pdf(format="A4", margin=MARGIN))).pages)
-            entries = [(t, s + contents_sheets + 1) for t, s in starts]
-            page.set_content(_contents_html(config.get("title", "The book"), entries, url))
-            contents = page.pdf(format="A4", margin=MARGIN)
-            browser.close()
-    finally:
-        server.shutdown()
+    with serve(site) as base, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        context = browser.new_context(viewport=VIEWPORT)
+        context.route("**/*", lambda route: route.continue_()
+                      if route.request.url.startswith(base) else route.abort())
+        page = context.new_page()
+        for doc in docs:
+            page.goto(f"{base}{doc}.html", wait_until="load")
+            if not page.evaluate(_READY_JS):
+                raise ValueError(f"{doc}: its figures were not drawn")
+            page.add_style_tag(content=_PRINT_CSS)
+            page.evaluate(_NOTE_JS, f"{url}{doc}.html")
+            page.emulate_media(media="print")
+            page.evaluate(_READY_JS)  # figures redrawn for the printed width
+            title = page.evaluate(
+                "() => (document.querySelector('.bd-article h1') || {textContent: document.title})"
+                ".textContent.replace(/#\\s*$/, '').trim()")
+            printed.append((title, page.pdf(format="A4", margin=MARGIN, print_background=True,
+                                            outline=False)))
+            page.emulate_media(media="screen")
+        # the contents page: one sheet (or more) before the chapters
+        starts, sheet = [], 0
+        for title, data in printed:
+            starts.append((title, sheet))
+            sheet += len(PdfReader(io.BytesIO(data)).pages)
+        head = _contents_html(config.get("title", "The book"), [(t, 1) for t, _ in starts], url)
+        page.set_content(head)
+        contents_sheets = len(PdfReader(io.BytesIO(page.pdf(format="A4", margin=MARGIN))).pages)
+        entries = [(t, s + contents_sheets + 1) for t, s in starts]
+        page.set_content(_contents_html(config.get("title", "The book"), entries, url))
+        contents = page.pdf(format="A4", margin=MARGIN)
+        browser.close()
     writer = PdfWriter()
     writer.append(PdfReader(io.BytesIO(contents)))
     for (title, data), (_, first) in zip(printed, entries):

@@ -18,10 +18,9 @@ The page-side functions take a Playwright ``page`` and are shared with the brows
 from __future__ import annotations
 
 import argparse
-import functools
-import http.server
-import threading
 from pathlib import Path
+
+from mha_lib.book.loopback import serve
 
 __all__ = ["cut_off_blocks", "key_presses_to", "main",
            "search_results"]
@@ -118,18 +117,6 @@ def search_results(page, base_url: str, query: str) -> dict:
     return {"query": query, "bytes": fetched, "hits": hits}
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
-def _serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
-    handler = functools.partial(_Quiet, directory=str(site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/"
-
-
 def _pages(site: Path) -> list[str]:
     """The pages of the book (``_toc.yml``), in reading order."""
     from mha_lib.book.pdf import book_pages
@@ -148,9 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only or ["blocks", "tabs", "search"])
     from playwright.sync_api import sync_playwright
 
-    server, base = _serve(args.site)
     sizes = {"desktop": {"width": 1366, "height": 900}, "phone": {"width": 390, "height": 844}}
-    with sync_playwright() as p:
+    with serve(args.site) as base, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=args.chromium, args=["--no-sandbox", "--disable-gpu"])
         for name, viewport in sizes.items():
             phone = name == "phone"
@@ -184,7 +170,6 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"    {hit['title']}: {hit['snippet'][:110]!r}")
             context.close()
         browser.close()
-    server.shutdown()
     return 0
 
 

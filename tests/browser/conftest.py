@@ -9,14 +9,13 @@ fresh browser context (an empty cache: the bytes counted are what a first visit 
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
+
+from mha_lib.book.loopback import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE_DIR = Path(os.environ.get("MHA_SITE_DIR", ROOT / "_build" / "html"))
@@ -51,11 +50,6 @@ def _missing(what: str, how: str) -> None:
     pytest.skip(message)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
 @pytest.fixture(scope="session")
 def site_dir() -> Path:
     if not (SITE_DIR / "index.html").exists():
@@ -66,12 +60,8 @@ def site_dir() -> Path:
 @pytest.fixture(scope="session")
 def site_url(site_dir: Path):
     """Base URL (ending in '/') of a loopback HTTP server over the built website."""
-    handler = functools.partial(_QuietHandler, directory=str(site_dir))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
+    with serve(site_dir) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -17,19 +17,17 @@ head sharing of the page's forward pass.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import shutil
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import SITE_DIR, VIEWPORTS, _QuietHandler, serious_axe_violations
+from conftest import SITE_DIR, VIEWPORTS, serious_axe_violations
 from mha_lib import lm
 from mha_lib.book.browser import DECODE_PICTURE_JS, _picture_problems
+from mha_lib.book.loopback import serve
 from mha_lib.book.sphinx_ext import FIGURES_JS, LM_JS, PLOTLY_JS, STATIC
 from mha_lib.stories import GENDER as NAMES
 from mha_lib.stories import Tokenizer, sample_stories
@@ -91,11 +89,8 @@ def pages(tmp_path_factory, shipped) -> Path:
 
 @pytest.fixture(scope="module")
 def site_url(pages):  # overrides conftest's: open_context then serves these pages
-    handler = functools.partial(_QuietHandler, directory=str(pages))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
+    with serve(pages) as url:
+        yield url
 
 
 def _expected(model: lm.StoryLM, tokenizer: Tokenizer, text: str) -> _Reading:
