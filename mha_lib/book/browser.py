@@ -142,7 +142,8 @@ def _key_and_wait(page, index: int, key: str, div_id: str = DIV_ID,
 def _read_state(page, div_id: str = DIV_ID, controls_id: str = CONTROLS_ID) -> dict:
     """Control positions and labels, the panels shown (``example``, ``head``, ``z``), the
     pictures of weights on screen (``drawn``, and ``pixels``: per panel, in the order of
-    ``shown``, None when all its keys are masked, else its ``width``, ``height`` and ``rgba``), and the heights of the figure's box and drawing (see :data:`_READ_STATE_JS`)."""
+    ``shown``, None when all its keys are masked, else its ``width``, ``height`` and ``rgba``),
+    and the heights of the figure's box and drawing (see :data:`_READ_STATE_JS`)."""
     return page.evaluate(_READ_STATE_JS, [div_id, controls_id])
 
 

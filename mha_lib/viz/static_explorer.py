@@ -42,14 +42,15 @@ CONTROLS_ID = DIV_ID + "-controls"
 # the colour bar, and one transparent heatmap per panel that only answers hovering. The weights
 # themselves are pictures over the panels (layout images, one pixel per cell, masked keys
 # transparent so the grey shows), coloured from the stored weights with the figure's colour scale
-# (mhaWeightsPicture in mha-figures.js). Each frame is drawn once (Plotly.react), in its own plotly div, when its head count (or
-# the phone layout) is first chosen; after that a change of any control shows that frame and
-# swaps the pictures that differ (Plotly.relayout of images[i].source, which redraws nothing
-# else). Drawing a frame costs plotly dozens of forced layouts; swapping pictures costs none,
-# which is what keeps the sliders responsive on a slow phone. The hover box (example, head,
-# query, key, weight) shows the state on screen (mhaHoverBox in mha-figures.js). A drag's many input events are
-# drawn once per animation frame (the latest position); once a state is on screen the box's
-# data-drawn says which, and the box sends a "mha-explorer-drawn" event.
+# (mhaWeightsPicture in mha-figures.js). Each frame is drawn once (Plotly.react), in its own
+# plotly div, when its head count (or the phone layout) is first chosen; after that a change of
+# any control shows that frame and swaps the pictures that differ (Plotly.relayout of
+# images[i].source, which redraws nothing else). Drawing a frame costs plotly dozens of forced
+# layouts; swapping pictures costs none, which is what keeps the sliders responsive on a slow
+# phone. The hover box (example, head, query, key, weight) shows the state on screen
+# (mhaHoverBox in mha-figures.js). A drag's many input events are drawn once per animation frame
+# (the latest position); once a state is on screen the box's data-drawn says which, and the box
+# sends a "mha-explorer-drawn" event.
 _REDRAW_JS = """
 (function () {
   var box = document.getElementById("__DIV__");  // the figure's box: its label, one plotly div per frame
