@@ -221,7 +221,7 @@ class DotProductAttention(nn.Module):
             weights = masked_softmax(scores, valid_lens, inplace=True)  # the scores are ours
         else:  # any mask: its keep mask (B or 1, Lq or 1, Lk)
             keep = (mask if isinstance(mask, Visible) else
-                    visible(as_mask(valid_lens, mask), *scores.shape)).raw
+                    visible(as_mask(valid_lens, mask), *scores.shape, device=scores.device)).raw
             weights = scores.softmax(-1) if keep is None else softmax_over_kept(scores, keep, inplace=True)
         weights = weights.to(values.dtype)
         output = torch.bmm(self.dropout(weights), values)  # (B, Lq, dv)
@@ -299,7 +299,7 @@ def _check_finite_attention(queries, keys, values, valid_lens, need_weights, mas
     if isinstance(mask, Visible):
         return mask
     valid_lens, _ = read_valid_lens(valid_lens, B, Lq, Lk, device=queries.device)
-    return visible(as_mask(valid_lens, mask), B, Lq, Lk)
+    return visible(as_mask(valid_lens, mask), B, Lq, Lk, device=queries.device)
 
 
 # --- the rule for NaN and infinite inputs ----------------------------------------------------------

@@ -212,10 +212,10 @@ class StoryLM(nn.Module):
                                  f"gates in [0, 1], got {gates.dtype} of shape {tuple(gates.shape)}: {gates.tolist()!s:.60}")
             gates = gates.to(self.unembedding.weight.dtype)
         if cache is None:
-            lens = torch.arange(1, L + 1).expand(B, L)  # (B, L): causal, query i sees keys 0..i
+            lens = torch.arange(1, L + 1, device=ids.device).expand(B, L)  # (B, L): causal, query i sees keys 0..i
             if valid_lens is not None:
                 valid = _check_lens(valid_lens, B, L)
-                lens = torch.minimum(lens, valid[:, None])  # (B, L): and no padded key
+                lens = torch.minimum(lens, valid.to(ids.device)[:, None])  # (B, L): and no padded key
         elif valid_lens is not None:
             raise ValueError("valid_lens cannot be combined with cache: give the positions instead")
         else:
@@ -288,12 +288,12 @@ class StoryLM(nn.Module):
             raise ValueError(f"seed must be None or an integer in [0, 2**64), got {seed}")
         generator = None if seed is None else torch.Generator().manual_seed(seed)
         B = len(prompts)
-        lens = torch.tensor([len(p) for p in prompts])  # (B,)
-        ids = torch.full((B, int(lens.max())), Tokenizer.pad_id, dtype=torch.long)  # (B, P)
-        for b, prompt in enumerate(prompts):
-            ids[b, : len(prompt)] = torch.tensor(prompt)
+        device = self.unembedding.weight.device  # the prompts go where the model is
+        P = max(len(p) for p in prompts)
+        lens = torch.tensor([len(p) for p in prompts], device=device)  # (B,)
+        ids = torch.tensor([p + [Tokenizer.pad_id] * (P - len(p)) for p in prompts], device=device)  # (B, P)
         new = []
-        rows = torch.arange(B)
+        rows = torch.arange(B, device=device)
         with eval_mode(self):
             cache = KVCache(self.config.num_layers) if use_cache else None
             for t in range(steps):

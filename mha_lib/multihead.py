@@ -197,7 +197,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:  # decoding (chapter 9): the cached positions are keys too
             k, v, seen = cached_keys_values(cache, k, v, mask, positions)
         else:  # the mask at the positions of the queries and keys, 0, 1, ...
-            seen = visible(mask, *queries.shape[:2], keys.shape[1])
+            seen = visible(mask, *queries.shape[:2], keys.shape[1], device=queries.device)
         nonfinite = None if finite else NonFiniteRule.of(queries, keys, values, seen.raw)
         out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
                                     gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
@@ -342,7 +342,7 @@ def _check_heads(q, k, v, mask, attention, need_weights, gates) -> Visible:
     if not isinstance(mask, Mask):  # valid lengths: checked here (one host read), or None
         mask, _ = read_valid_lens(mask, B, Lq, Lk, device=q.device)
         mask = as_mask(mask, None)
-    return visible(mask, B, Lq, Lk)
+    return visible(mask, B, Lq, Lk, device=q.device)
 
 
 def _attend_fused(q, k, v, seen, attention, nonfinite) -> Tensor:
