@@ -58,13 +58,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import as_tensor, check_bool, check_not_meta, check_positive_int, check_size
+from mha_lib._checks import as_tensor, check_bool, check_device, check_not_meta, check_positive_int, check_size
 from mha_lib._modes import eval_mode
 from mha_lib.block import TransformerBlock
 from mha_lib.decoding import KVCache
 from mha_lib.stories import GENDER, RELATIONS, Story, Tokenizer, check_stories, link_mask, sample_stories
 from mha_lib.timing import time_paired
 from mha_lib.training import (
+    model_device,
+    to_device,
     TrainResult,
     check_config,
     check_config_fields,
@@ -243,7 +245,10 @@ class StoryLM(nn.Module):
             got = f"{ids.dtype} of shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
             raise ValueError(f"{name} must be a non-empty integer tensor of shape (B, L), got {got}")
         check_not_meta(ids, name)
-        low, high = int(ids.min()), int(ids.max())
+        device = self.unembedding.weight.device
+        if ids.device != device:
+            raise ValueError(f"{name} are on {ids.device} but the model is on {device}: move them with {name}.to({str(device)!r})")
+        low, high = torch.stack([ids.min(), ids.max()]).tolist()  # (one host read)
         if low < 0 or high >= V:
             raise ValueError(f"{name} must hold token ids in [0, {V}), got values in [{low}, {high}]")
         return ids.long()
@@ -402,13 +407,15 @@ def next_token_losses(model: StoryLM, ids: Tensor, valid_lens: Tensor, head_mask
         returns: (B, L) float, entry ``[b, i]`` the loss of token i (nats); NaN at i = 0 and
         at padding, where nothing is predicted.
     """
-    with eval_mode(check_model(model)):
+    device = model_device(check_model(model))  # (the data goes where the model is)
+    ids, valid_lens = (x.to(device) if isinstance(x, Tensor) else x for x in (ids, valid_lens))
+    with eval_mode(model):
         logits = model(ids, valid_lens, head_mask=head_mask)  # (B, L, V)
-    valid_lens = torch.full(ids.shape[:1], ids.shape[1]) if valid_lens is None else valid_lens
+    valid_lens = ids.shape[1] if valid_lens is None else torch.as_tensor(valid_lens, device=device)[:, None]
     losses = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
     # (B, V, L-1) vs (B, L-1) -> (B, L-1): entry i-1 is the loss of token i
     out = torch.cat([losses.new_full((ids.shape[0], 1), float("nan")), losses], dim=1)  # (B, L)
-    padding = torch.arange(ids.shape[1]) >= torch.as_tensor(valid_lens)[:, None]  # (B, L)
+    padding = torch.arange(ids.shape[1], device=device) >= valid_lens  # (B, L)
     return out.masked_fill(padding, float("nan"))
 
 
@@ -430,15 +437,15 @@ def evaluate(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | None 
         the fraction of linked tokens ``i`` that are the model's most likely token after ``0 .. i-1``.
     """
     stories = check_stories(stories, predict=True)
-    ids, lens = encode_stories(Tokenizer(), stories)
-    with eval_mode(check_model(model)):
+    ids, lens = to_device(encode_stories(Tokenizer(), stories), model_device(check_model(model)))
+    with eval_mode(model):
         logits = model(ids, lens, head_mask=head_mask)  # (B, L, V)
     losses = next_token_losses(model, ids, lens, head_mask)  # (B, L)
     right = torch.zeros_like(ids, dtype=torch.bool)
     right[:, 1:] = logits[:, :-1].argmax(-1) == ids[:, 1:]  # (B, L): token i predicted from i-1
     result = {"loss": float(losses.nanmean())}
     for relation in RELATIONS:
-        mask = link_mask(stories, relation, tuple(ids.shape))
+        mask = link_mask(stories, relation, tuple(ids.shape)).to(ids.device)
         result[relation] = float(right[mask].float().mean()) if mask.any() else float("nan")
     return result
 
@@ -455,7 +462,7 @@ def _batch_loss(model: StoryLM, batch: tuple[Tensor, Tensor]) -> Tensor:
     """Next-token cross-entropy over the real tokens (padding predicts nothing)."""
     ids, lens = batch
     logits = model(ids, lens)  # (B, L, V)
-    targets = ids[:, 1:].masked_fill(torch.arange(1, ids.shape[1]) >= lens[:, None], -100)  # (B, L-1)
+    targets = ids[:, 1:].masked_fill(torch.arange(1, ids.shape[1], device=ids.device) >= lens[:, None], -100)  # (B, L-1)
     return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100)
 
 
@@ -464,8 +471,15 @@ def _held_out_metrics(model: StoryLM, stories: Sequence[Story]) -> dict[str, flo
     return {("held_out_loss" if name == "loss" else name): value for name, value in evaluate(model, stories).items()}
 
 
-def train(config: Config = Config(), *, progress: bool | TextIO = True) -> TrainResult:
+def train(config: Config = Config(), *, progress: bool | TextIO = True,
+          device: torch.device | str = "cpu") -> TrainResult:
     """Train a fresh model from ``config.seed`` on one CPU thread; the same config gives the same weights.
+
+    Args:
+        config: sizes and hyper-parameters.
+        progress: a one-line progress bar to stderr (True), to a text stream, or none (False).
+        device: where to train ('cpu', 'cuda', ...): the same initial weights and batches on
+            every device (drawn on the CPU); the CPU by default.
 
     Returns:
         A :class:`~mha_lib.training.TrainResult` (model in eval mode); ``history`` holds
@@ -480,6 +494,7 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True) -> Train
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)  # the initialisation, without touching the caller's state
         model = StoryLM(config)
+    model.to(check_device(device))  # initialised on the CPU: the same weights on every device
     held_out = held_out_stories(config.eval_stories)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     history = train_loop(

@@ -291,3 +291,34 @@ def test_the_language_model_generates_on_the_inputs_device():
         assert tokens == want
     out, _ = run_elsewhere(lambda ids: lm(ids, torch.tensor([3, 2], device=ids.device)), ids)
     torch.testing.assert_close(out, logits)
+
+
+# --- the experiments' models and their measurements -------------------------------------------
+
+
+def test_the_experiments_measure_on_the_models_device():
+    from mha_lib import digits, induction, lm, lm_heads
+    from mha_lib.stories import sample_stories
+
+    torch.manual_seed(0)
+    digit_model = digits.DigitAttentionModel(digits.Config()).eval()
+    batch = digits.held_out_set(vocab_size=digits.Config().vocab_size, max_len=digits.Config().max_len)
+    induction_model = induction.AttentionOnlyTransformer(induction.Config()).eval()
+    tokens = induction.held_out_tokens(8, 6)
+    story_model = StoryLM(Config(d_model=16, num_heads=2, num_kv_heads=1, num_layers=2, d_ff=32)).eval()
+    stories = sample_stories(4, 1234)
+    measures = {  # each on the CPU (the data stays there: the functions move it to the model)
+        "digits": lambda: (digits.accuracy(digit_model, batch), digits.example_losses(digit_model, batch)),
+        "induction": lambda: (induction.half_losses(induction_model, tokens),
+                              induction.head_scores(induction_model, tokens)),
+        "lm": lambda: lm.evaluate(story_model, stories),
+        "lm_heads": lambda: (lm_heads.find_heads(story_model, stories), lm_heads.ablate(story_model, stories)),
+    }
+    with torch.no_grad():
+        expected = {name: measure() for name, measure in measures.items()}
+    for model in (digit_model, induction_model, story_model):
+        move_module(model)
+    for name, measure in measures.items():
+        got, _ = run_elsewhere(measure)
+        torch.testing.assert_close(got, expected[name], equal_nan=True, rtol=1e-5, atol=1e-6,
+                                   msg=lambda m: f"{name}: {m}")
