@@ -8,7 +8,7 @@ did. They take ``MultiHeadAttention``'s arguments (``valid_lens``, ``mask=``,
 ``need_weights=``, ``cache=``, ``positions=``), so one probe runs on all of them
 (:mod:`mha_lib.exercises.probes`).
 
-* :data:`SPECIMENS`, name -> :class:`Specimen` (the names say nothing about the bug); call one
+* :data:`SPECIMENS`, name -> :class:`_Specimen` (the names say nothing about the bug); call one
   to build its layer, in evaluation mode, with seeded weights;
 * :data:`BUG_CLASSES`, the labels a student chooses from;
 * :func:`reference`, the correct layer: the library's own ``GroupedQueryAttention``.
@@ -39,7 +39,7 @@ from mha_lib.heads import merge_heads, split_heads
 from mha_lib.masks import Mask, causal
 from mha_lib.positions import rotary
 
-__all__ = ["BUG_CLASSES", "SPECIMENS", "Specimen", "ZooAttention", "reference"]
+__all__ = ["BUG_CLASSES", "SPECIMENS", "ZooAttention", "reference"]
 
 #: The zoo's layers: D, H, Hkv, dropout (every specimen and the reference).
 SIZES = dict(d_model=16, num_heads=4, num_kv_heads=2, dropout=0.1)
@@ -259,7 +259,7 @@ class Narwhal(ZooAttention):
 
 
 @dataclass(frozen=True)
-class Specimen:
+class _Specimen:
     """One exhibit: call it to build its layer (seeded weights, evaluation mode).
 
     Attributes:
@@ -295,5 +295,5 @@ def reference(seed: int = 0) -> GroupedQueryAttention:
 _CLASSES = (Aardvark, Bison, Capybara, Dingo, Echidna, Ferret, Gecko, Heron, Ibis, Jackal,
             Kiwi, Lemur, Marmot, Narwhal)
 #: name -> specimen, the exhibits of Part A and Part B.
-SPECIMENS: dict[str, Specimen] = {c.__name__.lower(): Specimen(c.__name__.lower(), c)
+SPECIMENS: dict[str, _Specimen] = {c.__name__.lower(): _Specimen(c.__name__.lower(), c)
                                   for c in _CLASSES}

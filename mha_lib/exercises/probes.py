@@ -1,7 +1,7 @@
 """Symptom probes: run an attention layer on inputs whose right answer is known without it.
 
 Each probe takes a layer with ``MultiHeadAttention``'s arguments (self-attention, RoPE
-allowed: ``positions=`` places the tokens) and returns a :class:`ProbeResult` whose printout
+allowed: ``positions=`` places the tokens) and returns a :class:`_ProbeResult` whose printout
 says what a healthy layer shows and what this one shows. None of them needs the correct
 layer: each compares the layer with itself (shuffled, padded, cached, one example at a time)
 or with attention recomputed from the layer's own weights (``W_q``, ``W_k``, ``W_v``, ``W_o``,
@@ -33,13 +33,13 @@ from mha_lib.masks import Mask, causal
 from mha_lib.positions import rotary
 from mha_lib.viz.heatmaps import attention_heatmaps
 
-__all__ = ["PROBES", "ProbeResult", "left_padding", "run_probes", "symptom_heatmaps"]
+__all__ = ["PROBES", "run_probes", "symptom_heatmaps", "symptom_table"]
 
 _TOL = 1e-4  # relative error of a healthy float32 layer is ~1e-7; a bug's is > 1e-2
 
 
 @dataclass
-class ProbeResult:
+class _ProbeResult:
     """What a probe saw.
 
     Attributes:
@@ -67,6 +67,11 @@ def _r(x: float) -> float:
     return x if not math.isfinite(x) or x == 0 else float(f"{x:.4g}")
 
 
+def _say(error: float) -> str:
+    """An error for the printout: a bound at noise level (it differs from CPU to CPU)."""
+    return f"less than {_TOL:g}" if error < _TOL else f"{_r(error)}"
+
+
 def _rel(a: Tensor, b: Tensor) -> float:
     """max |a - b| / max |b|: NaN anywhere counts as an infinite error."""
     if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
@@ -87,8 +92,8 @@ def _self(layer, x, **options) -> Tensor:
     return layer(x, x, x, **options)
 
 
-def _result(probe: str, error: float, healthy: str, seen: str, **numbers: float) -> ProbeResult:
-    return ProbeResult(probe, error < _TOL, healthy, seen,
+def _result(probe: str, error: float, healthy: str, seen: str, **numbers: float) -> _ProbeResult:
+    return _ProbeResult(probe, error < _TOL, healthy, seen,
                        {"error": _r(error), **{k: _r(v) for k, v in numbers.items()}})
 
 
@@ -112,7 +117,7 @@ class _LeftPadding(Mask):
         return f"left_padding({self.num_pads.tolist()})"
 
 
-def left_padding(num_pads: Tensor) -> Mask:
+def _left_padding(num_pads: Tensor) -> Mask:
     """Left padding: example b's first ``num_pads[b]`` keys are padding (a mask to combine
     with ``causal()``). ``num_pads``: (B,) integers >= 0."""
     num_pads = torch.as_tensor(num_pads)
@@ -145,19 +150,20 @@ def _projected(layer, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
 # --- the probes ------------------------------------------------------------------------------------
 
 
-def permutation_probe(layer) -> ProbeResult:
-    """Shuffle the tokens (each keeps its position): the outputs shuffle the same way."""
+def permutation_probe(layer) -> _ProbeResult:
+    """Shuffle the tokens, each keeping its position: the outputs shuffle the same way."""
     x, perm = _x(1, 1, 8, _width(layer)), torch.randperm(8, generator=torch.Generator().manual_seed(1))
     out = _self(layer, x, positions=torch.arange(8)[None])
     shuffled = _self(layer, x[:, perm], positions=perm[None])
     err = _rel(shuffled, out[:, perm])
     return _result("permutation", err, "the shuffled outputs equal the outputs shuffled (error 0)",
-                   f"they differ by {_r(err)} (relative)")
+                   f"they differ by {_say(err)} (relative)")
 
 
-def padding_right_probe(layer) -> ProbeResult:
-    """Right padding: example 1 has 5 tokens and 3 pads; its 5 outputs equal the unpadded run's,
-    whatever the pads hold."""
+def padding_right_probe(layer) -> _ProbeResult:
+    """Right padding: the real tokens' outputs equal the unpadded run's, whatever the pads hold.
+
+    Example 1 has 5 tokens and 3 pads (valid lengths 8, 5)."""
     D = _width(layer)
     x = _x(2, 2, 8, D)
     lens = torch.tensor([8, 5])
@@ -168,27 +174,29 @@ def padding_right_probe(layer) -> ProbeResult:
     moved = _self(layer, other, valid_lens=lens)
     err = max(_rel(out[1, :5], alone[0]), _rel(moved[1, :5], out[1, :5]))
     return _result("padding_right", err, "the 5 real outputs equal the unpadded run's (error 0)",
-                   f"they differ by {_r(err)} (relative)")
+                   f"they differ by {_say(err)} (relative)")
 
 
-def padding_left_probe(layer) -> ProbeResult:
-    """Left padding, causal: example 1 has 3 pads then 5 tokens (positions 0..4); its 5 outputs
-    equal the unpadded run's, and the pads' rows (queries that see no key) are finite."""
+def padding_left_probe(layer) -> _ProbeResult:
+    """Left padding under a causal mask: real outputs as unpadded, every output finite.
+
+    Example 1 has 3 pads then 5 tokens (positions 0..4); the pads' rows see no key."""
     x, pads = _x(4, 2, 8, _width(layer)), torch.tensor([0, 3])
     positions = (torch.arange(8)[None] - pads[:, None]).clamp(min=0)  # (B, L)
-    out = _self(layer, x, mask=causal() & left_padding(pads), positions=positions)
+    out = _self(layer, x, mask=causal() & _left_padding(pads), positions=positions)
     alone = _self(layer, x[1:, 3:], mask=causal())
     finite = bool(torch.isfinite(out).all())
     err = _rel(out[1, 3:], alone[0]) if finite else math.inf
-    seen = (f"the real outputs differ by {_r(err)} (relative)" if finite else
+    seen = (f"the real outputs differ by {_say(err)} (relative)" if finite else
             f"{int((~torch.isfinite(out)).any(-1).sum())} output rows are NaN or infinite")
     return _result("padding_left", err, "the 5 real outputs equal the unpadded run's, every "
                    "output is finite", seen, nonfinite_rows=float((~torch.isfinite(out)).any(-1).sum()))
 
 
-def cache_probe(layer) -> ProbeResult:
-    """Decode with a KV cache (a 5-token prompt, 3 single tokens, a chunk of 3): the outputs
-    equal one causal pass over all 11 tokens."""
+def cache_probe(layer) -> _ProbeResult:
+    """Decoding with a KV cache equals one causal pass over all the tokens.
+
+    A 5-token prompt, 3 single tokens, then a chunk of 3: 11 tokens."""
     x = _x(5, 2, 11, _width(layer))
     full = _self(layer, x, mask=causal())
     cache, outs = LayerCache(), []
@@ -199,15 +207,16 @@ def cache_probe(layer) -> ProbeResult:
     per_position = (cached - full).abs().amax(dim=(0, 2)) / full.abs().max()  # (L,)
     bad = (per_position > _TOL).nonzero()
     first = int(bad[0]) if len(bad) else -1
-    seen = (f"they differ by {_r(err)} (relative), first at position {first}" if first >= 0
-            else f"they differ by {_r(err)} (relative)")
+    seen = (f"they differ by {_say(err)} (relative), first at position {first}" if first >= 0
+            else f"they differ by {_say(err)} (relative)")
     return _result("cache", err, "cached decoding equals the full pass (error 0)", seen,
                    first_wrong_position=float(first))
 
 
-def future_token_probe(layer) -> ProbeResult:
-    """Causal mask: change the last of 8 tokens; the 7 outputs before it do not move (at input
-    scale 1 and at scale 1000, where the scores are ~1e5)."""
+def future_token_probe(layer) -> _ProbeResult:
+    """Change the last token: no earlier output moves (at input scale 1 and 1000).
+
+    Causal mask, 8 tokens; at scale 1000 the scores are ~1e5."""
     D, errors = _width(layer), []
     for scale in (1.0, 1000.0):
         x = _x(6, 1, 8, D, scale=scale)
@@ -217,21 +226,23 @@ def future_token_probe(layer) -> ProbeResult:
         errors.append(_rel(after, before))
     err = max(errors)
     return _result("future_token", err, "the earlier outputs do not move (0 at both scales)",
-                   f"they move by {_r(errors[0])} at scale 1, {_r(errors[1])} at scale 1000 "
+                   f"they move by {_say(errors[0])} at scale 1, {_say(errors[1])} at scale 1000 "
                    "(relative)", scale_1=errors[0], scale_1000=errors[1])
 
 
-def batch_independence_probe(layer) -> ProbeResult:
-    """Three examples with valid lengths 6, 2, 4: each one's outputs equal its run alone."""
+def batch_independence_probe(layer) -> _ProbeResult:
+    """Each example of a padded batch gets what it gets alone (valid lengths 6, 2, 4)."""
     x, lens = _x(8, 3, 6, _width(layer)), torch.tensor([6, 2, 4])
     out = _self(layer, x, valid_lens=lens)
     err = max(_rel(out[b], _self(layer, x[b:b + 1], valid_lens=lens[b:b + 1])[0]) for b in range(3))
     return _result("batch_independence", err, "each example's outputs equal its run alone "
-                   "(error 0)", f"they differ by {_r(err)} (relative)")
+                   "(error 0)", f"they differ by {_say(err)} (relative)")
 
 
-def score_scale_probe(layer) -> ProbeResult:
-    """The temperature of the weights: fit log w = (q . k) / tau + c per query; tau = sqrt(d)."""
+def score_scale_probe(layer) -> _ProbeResult:
+    """The temperature of the weights, fitted: a healthy layer's is sqrt(d).
+
+    Fits log w = (q . k) / tau + c for every query, q and k from the layer's projections."""
     x = _x(9, 1, 8, _width(layer))
     _, weights = _self(layer, x, need_weights=True)  # (1, H, L, L)
     q, k = _projected(layer, x, torch.arange(8))
@@ -243,35 +254,37 @@ def score_scale_probe(layer) -> ProbeResult:
     fit = float(((b - a / tau) ** 2).sum() / (b ** 2).sum().clamp_min(1e-300))
     d = q.shape[-1]
     err = abs(tau / math.sqrt(d) - 1) + fit
-    return _result("score_scale", err, f"tau = sqrt(d) = {_r(math.sqrt(d))} (d = {d}), a "
-                   "perfect fit", f"tau = {_r(tau)}, unexplained share {_r(fit)}", tau=tau,
+    return _result("score_scale", err, f"tau = sqrt(d) = {math.sqrt(d):.3f} (d = {d}), "
+                   "unexplained share 0", f"tau = {tau:.3f}, unexplained share {_say(fit)}", tau=tau,
                    sqrt_d=math.sqrt(d), sqrt_D=math.sqrt(d * q.shape[1]))
 
 
-def sdpa_probe(layer) -> ProbeResult:
-    """Causal self-attention of 8 tokens against ``F.scaled_dot_product_attention`` on the
-    layer's own projections."""
+def sdpa_probe(layer) -> _ProbeResult:
+    """The layer against F.scaled_dot_product_attention on its own projections.
+
+    Causal self-attention of 8 tokens."""
     x = _x(10, 2, 8, _width(layer))
     out, want = _self(layer, x, mask=causal()), _oracle(layer, x, is_causal=True)
     err = _rel(out, want)
     cosine = float(F.cosine_similarity(out.flatten(), want.flatten(), dim=0))
-    return _result("sdpa", err, "the same outputs (error 0, cosine similarity 1.0)",
-                   f"error {_r(err)}, cosine similarity {_r(cosine)}", cosine=cosine)
+    return _result("sdpa", err, "the same outputs (error 0, cosine similarity 1.0000)",
+                   f"error {_say(err)}, cosine similarity {cosine:.4f}", cosine=cosine)
 
 
-def long_context_probe(layer) -> ProbeResult:
-    """64 causal tokens against SDPA on the layer's projections, position by position."""
+def long_context_probe(layer) -> _ProbeResult:
+    """The same over 64 causal tokens, position by position."""
     x = _x(11, 1, 64, _width(layer))
     out, want = _self(layer, x, mask=causal()), _oracle(layer, x, is_causal=True)
     per_position = (out - want).abs().amax(dim=(0, 2)) / want.abs().max()  # (L,)
     early, late = float(per_position[:8].max()), float(per_position[20:].max())
     err = _rel(out, want)
     return _result("long_context", err, "error 0 at every position",
-                   f"error up to {_r(early)} at positions 0-7, up to {_r(late)} at 20-63",
+                   f"error {_say(float(per_position[0]))} at position 0, up to {_say(early)} at "
+                   f"positions 0-7, up to {_say(late)} at 20-63", at_0=float(per_position[0]),
                    early=early, late=late)
 
 
-def eval_determinism_probe(layer) -> ProbeResult:
+def eval_determinism_probe(layer) -> _ProbeResult:
     """In evaluation mode, the same input twice gives the same output."""
     x = _x(12, 1, 8, _width(layer))
     with torch.random.fork_rng(devices=[]):
@@ -279,11 +292,11 @@ def eval_determinism_probe(layer) -> ProbeResult:
         first, second = _self(layer, x), _self(layer, x)
     err = _rel(second, first)
     return _result("eval_determinism", err, "the same output twice (difference 0)",
-                   f"the two outputs differ by {_r(err)} (relative)")
+                   f"the two outputs differ by {_say(err)} (relative)")
 
 
 #: name -> probe, in the order a student might run them.
-PROBES: dict[str, Callable[[nn.Module], ProbeResult]] = {
+PROBES: dict[str, Callable[[nn.Module], _ProbeResult]] = {
     "permutation": permutation_probe,
     "padding_right": padding_right_probe,
     "padding_left": padding_left_probe,
@@ -297,7 +310,7 @@ PROBES: dict[str, Callable[[nn.Module], ProbeResult]] = {
 }
 
 
-def run_probes(layer: nn.Module, names: list[str] | None = None) -> dict[str, ProbeResult]:
+def run_probes(layer: nn.Module, names: list[str] | None = None) -> dict[str, _ProbeResult]:
     """Run the probes ``names`` (default all) on ``layer`` in evaluation mode, without gradients;
     the layer's mode is put back afterwards."""
     names = list(PROBES) if names is None else names
@@ -312,6 +325,11 @@ def run_probes(layer: nn.Module, names: list[str] | None = None) -> dict[str, Pr
             return {name: PROBES[name](layer) for name in names}
     finally:
         layer.train(was_training)
+
+
+def symptom_table(results: dict[str, _ProbeResult]) -> str:
+    """One line per probe: ``healthy`` or ``SYMPTOM`` (the results of :func:`run_probes`)."""
+    return "\n".join(f"{name:<20}{'healthy' if r.passed else 'SYMPTOM'}" for name, r in results.items())
 
 
 # --- pictures ----------------------------------------------------------------------------------
@@ -331,7 +349,7 @@ def _probe_weights(layer, probe: str, head: int) -> Tensor:
     if probe == "padding_left":
         pads = torch.tensor([0, 3])
         positions = (torch.arange(8)[None] - pads[:, None]).clamp(min=0)
-        return _self(layer, _x(4, 2, 8, D), mask=causal() & left_padding(pads), positions=positions,
+        return _self(layer, _x(4, 2, 8, D), mask=causal() & _left_padding(pads), positions=positions,
                      need_weights=True)[1][1, head]
     if probe == "batch_independence":
         return _self(layer, _x(8, 3, 6, D), valid_lens=torch.tensor([6, 2, 4]),

@@ -22,10 +22,10 @@ import torch
 
 from mha_lib.exercises.bug_zoo import BUG_CLASSES, SPECIMENS, reference
 
-__all__ = ["ANSWERS", "Answer", "ZooReport", "grade_labels", "grade_test"]
+__all__ = ["ANSWERS", "grade_labels", "grade_test"]
 
 
-class Answer(NamedTuple):
+class _Answer(NamedTuple):
     """A specimen's bug class, the probe that exposes it, and where its class was reported."""
 
     bug_class: str
@@ -34,30 +34,30 @@ class Answer(NamedTuple):
 
 
 #: The key of the zoo: specimen name -> its answer.
-ANSWERS: dict[str, Answer] = {
-    "aardvark": Answer("scale", "score_scale", "mlc-llm PR #3426"),
-    "bison": Answer("kv_cache", "cache", "gpt-neox PR #363"),
-    "capybara": Answer("mask_polarity", "future_token",
+ANSWERS: dict[str, _Answer] = {
+    "aardvark": _Answer("scale", "score_scale", "mlc-llm PR #3426"),
+    "bison": _Answer("kv_cache", "cache", "gpt-neox PR #363"),
+    "capybara": _Answer("mask_polarity", "future_token",
                        "LLMs-from-scratch #1061, PyTorch PR #170415, x-transformers #164"),
-    "dingo": Answer("padding", "batch_independence", "transformers #25790, #22161"),
-    "echidna": Answer("dropout_in_eval", "eval_determinism", "PyTorch #124464"),
-    "ferret": Answer("head_layout", "permutation", "jsbaan/transformer-from-scratch PR #6"),
-    "gecko": Answer("mask_leak", "future_token", "minGPT #75, transformers #17121"),
-    "heron": Answer("causal_alignment", "cache", "flash-attention #951"),
-    "ibis": Answer("rotary", "long_context",
+    "dingo": _Answer("padding", "batch_independence", "transformers #25790, #22161"),
+    "echidna": _Answer("dropout_in_eval", "eval_determinism", "PyTorch #124464"),
+    "ferret": _Answer("head_layout", "permutation", "jsbaan/transformer-from-scratch PR #6"),
+    "gecko": _Answer("mask_leak", "future_token", "minGPT #75, transformers #17121"),
+    "heron": _Answer("causal_alignment", "cache", "flash-attention #951"),
+    "ibis": _Answer("rotary", "long_context",
                    "transformers #25199, llama2.c PR #286, torchtitan PR #1441"),
-    "jackal": Answer("nan", "padding_left", "PyTorch #103749, transformers PR #17306"),
-    "kiwi": Answer("mask_leak", "future_token", "xformers #103, nanoGPT #331"),
-    "lemur": Answer("gqa_expansion", "sdpa", "onnx PR #7274, prime-rl PR #2681"),
-    "marmot": Answer("padding", "padding_right", "transformers #25790, #22161"),
-    "narwhal": Answer("kv_cache", "cache", "executorch PR #2010"),
+    "jackal": _Answer("nan", "padding_left", "PyTorch #103749, transformers PR #17306"),
+    "kiwi": _Answer("mask_leak", "future_token", "xformers #103"),
+    "lemur": _Answer("gqa_expansion", "sdpa", "onnx PR #7274, prime-rl PR #2681"),
+    "marmot": _Answer("padding", "padding_right", "transformers #25790, #22161"),
+    "narwhal": _Answer("kv_cache", "cache", "executorch PR #2010"),
 }
 
 _FULL = 2  # points of a test that catches its bug and passes on the correct layer
 
 
 @dataclass
-class ZooReport:
+class _ZooReport:
     """Points and feedback.
 
     Attributes:
@@ -82,7 +82,7 @@ class ZooReport:
                           *(f"  {line}" for line in self.lines)])
 
 
-def grade_labels(labels: Mapping[str, str]) -> ZooReport:
+def grade_labels(labels: Mapping[str, str]) -> _ZooReport:
     """Part A: one point per specimen whose label is its bug class.
 
     Args:
@@ -108,7 +108,7 @@ def grade_labels(labels: Mapping[str, str]) -> ZooReport:
         else:
             said = "no label" if given is None else f"not {given}"
             lines.append(f"0/1  {name}: {said}; the {answer.probe} probe would have told you")
-    return ZooReport("Part A, the diagnoses", points, len(ANSWERS), lines)
+    return _ZooReport("Part A, the diagnoses", points, len(ANSWERS), lines)
 
 
 def _raises(test: Callable, factory: Callable) -> tuple[bool, str]:
@@ -123,7 +123,7 @@ def _raises(test: Callable, factory: Callable) -> tuple[bool, str]:
     return False, ""
 
 
-def grade_test(test: Callable, bug: str) -> ZooReport:
+def grade_test(test: Callable, bug: str) -> _ZooReport:
     """Part B: grade ``test`` on the specimen ``bug`` by mutation testing.
 
     ``test(make_layer)`` must raise when ``make_layer()`` builds the buggy layer and return
@@ -142,14 +142,14 @@ def grade_test(test: Callable, bug: str) -> ZooReport:
     title = f"Part B, a test for {bug}"
     failed, why = _raises(test, reference)
     if failed:
-        return ZooReport(title, 0, _FULL, [f"fails on the correct layer ({why}): it tests "
+        return _ZooReport(title, 0, _FULL, [f"fails on the correct layer ({why}): it tests "
                                            "something a healthy layer does not do"])
     caught, _ = _raises(test, SPECIMENS[bug])
     if not caught:
-        return ZooReport(title, 0, _FULL, [f"passes on {bug}: it does not catch the bug "
+        return _ZooReport(title, 0, _FULL, [f"passes on {bug}: it does not catch the bug "
                                            f"(try the {ANSWERS[bug].probe} probe's idea)"])
     others = [name for name, specimen in SPECIMENS.items()
               if name != bug and _raises(test, specimen)[0]]
     lines = [f"{_FULL}/{_FULL}  fails on {bug}, passes on the correct layer",
              f"+{len(others)} bonus: also catches {', '.join(others) if others else 'no other specimen'}"]
-    return ZooReport(title, _FULL + len(others), _FULL, lines)
+    return _ZooReport(title, _FULL + len(others), _FULL, lines)

@@ -6,7 +6,7 @@ import torch
 
 from mha_lib.decoding import LayerCache
 from mha_lib.exercises.bug_zoo import BUG_CLASSES, SPECIMENS, ZooAttention, _build, reference
-from mha_lib.exercises.probes import PROBES, left_padding, run_probes, symptom_heatmaps
+from mha_lib.exercises.probes import PROBES, _left_padding, run_probes, symptom_heatmaps
 from mha_lib.exercises.zoo_grading import ANSWERS, grade_labels, grade_test
 from mha_lib.masks import causal
 from mha_lib.positions import rotary
@@ -57,7 +57,7 @@ def test_the_written_out_layer_computes_what_the_library_computes():
     assert all(r.passed for r in run_probes(plain).values())
     x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(1))
     for options in ({}, {"mask": causal()}, {"valid_lens": torch.tensor([6, 0])},
-                    {"mask": causal() & left_padding(torch.tensor([2, 0])),
+                    {"mask": causal() & _left_padding(torch.tensor([2, 0])),
                      "positions": torch.tensor([[0, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5]])}):
         torch.testing.assert_close(plain(x, x, x, **options), ref(x, x, x, **options))
     caches = LayerCache(), LayerCache()
@@ -91,7 +91,7 @@ def test_bad_arguments_raise_value_errors_naming_them():
     with pytest.raises(ValueError, match="bug"):
         grade_test(lambda make_layer: None, "unicorn")
     with pytest.raises(ValueError, match="num_pads"):
-        left_padding(torch.tensor([0.5]))
+        _left_padding(torch.tensor([0.5]))
 
 
 # --- Part A -------------------------------------------------------------------------------
