@@ -75,7 +75,8 @@ class ZooAttention(GroupedQueryAttention):
                 need_weights: bool = False, head_mask: Tensor | None = None, cache=None,
                 positions: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         if head_mask is not None:
-            raise ValueError(f"head_mask: the zoo's layers take none, got {type(head_mask).__name__}")
+            raise ValueError("head_mask: the zoo's layers take none, got "
+                             f"{type(head_mask).__name__}")
         self._check_forward(queries, keys, values, valid_lens, mask, need_weights, None, cache,
                             positions)  # the library's checks of the arguments
         (B, Lq, _), Lk = queries.shape, keys.shape[1]
@@ -128,7 +129,8 @@ class ZooAttention(GroupedQueryAttention):
         """RoPE, interleaved pairs (the library's convention)."""
         return rotary(x, positions)
 
-    def remember(self, cache, k: Tensor, v: Tensor, k_pos: Tensor, positions) -> tuple[Tensor, Tensor]:
+    def remember(self, cache, k: Tensor, v: Tensor, k_pos: Tensor,
+                 positions) -> tuple[Tensor, Tensor]:
         """Store the new keys (rotated) and values; return every position's."""
         return cache.update(self.rotate(k, k_pos), v, positions)
 
@@ -146,7 +148,9 @@ class ZooAttention(GroupedQueryAttention):
         return keep[:, None]
 
     def expand(self, x: Tensor) -> Tensor:
-        """Key/value head j serves query heads j*g .. j*g + g - 1: (B, Hkv, L, d) -> (B, H, L, d)."""
+        """Key/value head j serves query heads j*g .. j*g + g - 1.
+
+        (B, Hkv, L, d) -> (B, H, L, d)."""
         return x.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
 
     def scale(self) -> float:

@@ -1,9 +1,10 @@
 """Symptom probes: run an attention layer on inputs whose right answer is known without it.
 
-Each probe takes a layer with ``MultiHeadAttention``'s arguments (self-attention, RoPE
-allowed: ``positions=`` places the tokens) and returns a :class:`_ProbeResult` whose printout
-says what a healthy layer shows and what this one shows. None of them needs the correct
-layer: each compares the layer with itself (shuffled, padded, cached, one example at a time)
+Each probe takes a layer with ``MultiHeadAttention``'s arguments (``MultiHeadAttention``,
+``GroupedQueryAttention``, the bug zoo's layers; for a layer with RoPE, ``positions=`` places
+the tokens) and returns a :class:`_ProbeResult` whose printout says what a healthy layer shows
+and what this one shows. None of them needs the correct layer: each compares the layer with
+itself (shuffled, padded, cached, one example at a time)
 or with attention recomputed from the layer's own weights (``W_q``, ``W_k``, ``W_v``, ``W_o``,
 RoPE with interleaved pairs, key/value head ``h // g`` for query head ``h``).
 
@@ -85,7 +86,18 @@ def _x(seed: int, *shape: int, scale: float = 1.0) -> Tensor:
 
 
 def _width(layer: nn.Module) -> int:
+    """D, the layer's input width; a ValueError unless it is an attention layer of the library's
+    kind (an ``nn.Module`` with ``W_q``, ``W_k``, ``W_v``, ``W_o`` and ``num_heads``)."""
+    if not isinstance(layer, nn.Module) or not all(
+            hasattr(layer, a) for a in ("W_q", "W_k", "W_v", "W_o", "num_heads")):
+        raise ValueError("layer: expected an attention layer with W_q, W_k, W_v, W_o and "
+                         f"num_heads (as MultiHeadAttention), got {type(layer).__name__}")
     return layer.W_q.in_features
+
+
+def _placed(layer, positions: Tensor) -> dict:
+    """``positions=`` for a layer with RoPE (the tokens' places); nothing for one without."""
+    return {"positions": positions} if getattr(layer, "rope", False) else {}
 
 
 def _self(layer, x, **options) -> Tensor:
@@ -147,14 +159,15 @@ def _projected(layer, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
     return q, k
 
 
-# --- the probes ------------------------------------------------------------------------------------
+# --- the probes ---------------------------------------------------------------------------------
 
 
 def permutation_probe(layer) -> _ProbeResult:
     """Shuffle the tokens, each keeping its position: the outputs shuffle the same way."""
-    x, perm = _x(1, 1, 8, _width(layer)), torch.randperm(8, generator=torch.Generator().manual_seed(1))
-    out = _self(layer, x, positions=torch.arange(8)[None])
-    shuffled = _self(layer, x[:, perm], positions=perm[None])
+    x = _x(1, 1, 8, _width(layer))
+    perm = torch.randperm(8, generator=torch.Generator().manual_seed(1))
+    out = _self(layer, x, **_placed(layer, torch.arange(8)[None]))
+    shuffled = _self(layer, x[:, perm], **_placed(layer, perm[None]))
     err = _rel(shuffled, out[:, perm])
     return _result("permutation", err, "the shuffled outputs equal the outputs shuffled (error 0)",
                    f"they differ by {_say(err)} (relative)")
@@ -183,14 +196,15 @@ def padding_left_probe(layer) -> _ProbeResult:
     Example 1 has 3 pads then 5 tokens (positions 0..4); the pads' rows see no key."""
     x, pads = _x(4, 2, 8, _width(layer)), torch.tensor([0, 3])
     positions = (torch.arange(8)[None] - pads[:, None]).clamp(min=0)  # (B, L)
-    out = _self(layer, x, mask=causal() & _left_padding(pads), positions=positions)
+    out = _self(layer, x, mask=causal() & _left_padding(pads), **_placed(layer, positions))
     alone = _self(layer, x[1:, 3:], mask=causal())
     finite = bool(torch.isfinite(out).all())
     err = _rel(out[1, 3:], alone[0]) if finite else math.inf
     seen = (f"the real outputs differ by {_say(err)} (relative)" if finite else
             f"{int((~torch.isfinite(out)).any(-1).sum())} output rows are NaN or infinite")
+    broken = float((~torch.isfinite(out)).any(-1).sum())  # rows with a NaN or an infinity
     return _result("padding_left", err, "the 5 real outputs equal the unpadded run's, every "
-                   "output is finite", seen, nonfinite_rows=float((~torch.isfinite(out)).any(-1).sum()))
+                   "output is finite", seen, nonfinite_rows=broken)
 
 
 def cache_probe(layer) -> _ProbeResult:
@@ -255,7 +269,8 @@ def score_scale_probe(layer) -> _ProbeResult:
     d = q.shape[-1]
     err = abs(tau / math.sqrt(d) - 1) + fit
     return _result("score_scale", err, f"tau = sqrt(d) = {math.sqrt(d):.3f} (d = {d}), "
-                   "unexplained share 0", f"tau = {tau:.3f}, unexplained share {_say(fit)}", tau=tau,
+                   "unexplained share 0", f"tau = {tau:.3f}, unexplained share {_say(fit)}",
+                   tau=tau,
                    sqrt_d=math.sqrt(d), sqrt_D=math.sqrt(d * q.shape[1]))
 
 
@@ -313,11 +328,11 @@ PROBES: dict[str, Callable[[nn.Module], _ProbeResult]] = {
 def run_probes(layer: nn.Module, names: list[str] | None = None) -> dict[str, _ProbeResult]:
     """Run the probes ``names`` (default all) on ``layer`` in evaluation mode, without gradients;
     the layer's mode is put back afterwards."""
+    _width(layer)
     names = list(PROBES) if names is None else names
     unknown = [n for n in names if n not in PROBES]
-    if unknown or not isinstance(layer, nn.Module):
-        raise ValueError(f"names must be among {list(PROBES)} and layer an nn.Module, got "
-                         f"{unknown or type(layer).__name__}")
+    if isinstance(names, str) or unknown:
+        raise ValueError(f"names: expected a list of probes among {list(PROBES)}, got {names!r}")
     was_training = layer.training
     layer.eval()
     try:
@@ -329,7 +344,8 @@ def run_probes(layer: nn.Module, names: list[str] | None = None) -> dict[str, _P
 
 def symptom_table(results: dict[str, _ProbeResult]) -> str:
     """One line per probe: ``healthy`` or ``SYMPTOM`` (the results of :func:`run_probes`)."""
-    return "\n".join(f"{name:<20}{'healthy' if r.passed else 'SYMPTOM'}" for name, r in results.items())
+    return "\n".join(f"{name:<20}{'healthy' if r.passed else 'SYMPTOM'}"
+                     for name, r in results.items())
 
 
 # --- pictures ----------------------------------------------------------------------------------
@@ -345,12 +361,13 @@ def _probe_weights(layer, probe: str, head: int) -> Tensor:
             rows.append(F.pad(w[0, head], (0, 11 - w.shape[-1])))
         return torch.cat(rows)
     if probe == "padding_right":
-        return _self(layer, _x(2, 2, 8, D), valid_lens=torch.tensor([8, 5]), need_weights=True)[1][1, head]
+        return _self(layer, _x(2, 2, 8, D), valid_lens=torch.tensor([8, 5]),
+                     need_weights=True)[1][1, head]
     if probe == "padding_left":
         pads = torch.tensor([0, 3])
         positions = (torch.arange(8)[None] - pads[:, None]).clamp(min=0)
-        return _self(layer, _x(4, 2, 8, D), mask=causal() & _left_padding(pads), positions=positions,
-                     need_weights=True)[1][1, head]
+        return _self(layer, _x(4, 2, 8, D), mask=causal() & _left_padding(pads), need_weights=True,
+                     **_placed(layer, positions))[1][1, head]
     if probe == "batch_independence":
         return _self(layer, _x(8, 3, 6, D), valid_lens=torch.tensor([6, 2, 4]),
                      need_weights=True)[1][1, head]
@@ -373,6 +390,7 @@ def symptom_heatmaps(healthy: nn.Module, layer: nn.Module, probe: str, *, head: 
     """
     if probe not in PROBES:
         raise ValueError(f"probe must be one of {list(PROBES)}, got {probe!r}")
+    _width(healthy), _width(layer)
     was = healthy.training, layer.training
     healthy.eval(), layer.eval()
     try:
@@ -383,5 +401,6 @@ def symptom_heatmaps(healthy: nn.Module, layer: nn.Module, probe: str, *, head: 
         healthy.train(was[0]), layer.train(was[1])
     nan = bool(torch.isnan(pair).any())
     pair = torch.nan_to_num(pair, nan=0.0).clamp(0.0, 1.0)[:, None]  # (2, Lq, Lk) -> (2, 1, Lq, Lk)
-    title = title or f"head {head} on the {probe} probe's input" + (" (NaN drawn as 0)" if nan else "")
+    if title is None:
+        title = f"head {head} on the {probe} probe's input" + (" (NaN drawn as 0)" if nan else "")
     return attention_heatmaps(pair, example_titles=("healthy", "this layer"), title=title)

@@ -93,12 +93,15 @@ def grade_labels(labels: Mapping[str, str]) -> _ZooReport:
         ValueError: not a mapping, an unknown specimen name or an unknown label.
     """
     if not isinstance(labels, Mapping):
-        raise ValueError(f"labels must be a dict of specimen name -> bug class, got {type(labels).__name__}")
+        raise ValueError("labels must be a dict of specimen name -> bug class, got "
+                         f"{type(labels).__name__}")
     for name, label in labels.items():
         if name not in SPECIMENS:
-            raise ValueError(f"labels: expected specimen names among {list(SPECIMENS)}, got {name!r}")
+            raise ValueError(f"labels: expected specimen names among {list(SPECIMENS)}, "
+                             f"got {name!r}")
         if label not in BUG_CLASSES:
-            raise ValueError(f"labels[{name!r}]: expected one of {list(BUG_CLASSES)}, got {label!r}")
+            raise ValueError(f"labels[{name!r}]: expected one of {list(BUG_CLASSES)}, "
+                             f"got {label!r}")
     lines, points = [], 0
     for name, answer in ANSWERS.items():
         given = labels.get(name)
@@ -150,6 +153,7 @@ def grade_test(test: Callable, bug: str) -> _ZooReport:
                                            f"(try the {ANSWERS[bug].probe} probe's idea)"])
     others = [name for name, specimen in SPECIMENS.items()
               if name != bug and _raises(test, specimen)[0]]
+    also = ", ".join(others) if others else "no other specimen"
     lines = [f"{_FULL}/{_FULL}  fails on {bug}, passes on the correct layer",
-             f"+{len(others)} bonus: also catches {', '.join(others) if others else 'no other specimen'}"]
+             f"+{len(others)} bonus: also catches {also}"]
     return _ZooReport(title, _FULL + len(others), _FULL, lines)

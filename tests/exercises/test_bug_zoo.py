@@ -4,7 +4,9 @@ layer passes every probe; the grading of Part A (labels) and Part B (mutation te
 import pytest
 import torch
 
+from mha_lib import MultiHeadAttention
 from mha_lib.decoding import LayerCache
+from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.exercises.bug_zoo import BUG_CLASSES, SPECIMENS, ZooAttention, _build, reference
 from mha_lib.exercises.probes import PROBES, _left_padding, run_probes, symptom_heatmaps
 from mha_lib.exercises.zoo_grading import ANSWERS, grade_labels, grade_test
@@ -26,7 +28,8 @@ def test_the_zoo_has_twelve_specimens_or_more_with_names_that_hide_the_bug():
     assert {a.bug_class for a in ANSWERS.values()} <= set(BUG_CLASSES)
     assert len({a.bug_class for a in ANSWERS.values()}) >= 10  # (nearly) every class
     for name in SPECIMENS:
-        assert not any(word in name for key in BUG_CLASSES for word in key.split("_") if len(word) > 3)
+        words = [word for key in BUG_CLASSES for word in key.split("_") if len(word) > 3]
+        assert not any(word in name for word in words)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -49,7 +52,16 @@ def test_every_specimen_fails_a_probe_and_its_answers_probe(name, probed):
 def test_the_reference_passes_every_probe():
     results = run_probes(reference())
     assert set(results) == set(PROBES)
-    assert all(r.passed for r in results.values()), [str(r) for r in results.values() if not r.passed]
+    assert all(r.passed for r in results.values()), [str(r) for r in results.values()]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: MultiHeadAttention(16, 16, 16, 16, 4, dropout=0.1),
+    lambda: GroupedQueryAttention(16, 4, 1, dropout=0.0),
+], ids=["multi-head", "multi-query"])
+def test_the_library_s_other_layers_pass_every_probe_too(make):
+    torch.manual_seed(0)
+    assert all(r.passed for r in run_probes(make()).values())
 
 
 def test_the_written_out_layer_computes_what_the_library_computes():
@@ -86,6 +98,8 @@ def test_bad_arguments_raise_value_errors_naming_them():
         SPECIMENS["aardvark"]("0")
     with pytest.raises(ValueError, match="names"):
         run_probes(reference(), ["nope"])
+    with pytest.raises(ValueError, match="layer"):
+        run_probes(torch.nn.Linear(16, 16))
     with pytest.raises(ValueError, match="labels"):
         grade_labels({"aardvark": "typo"})
     with pytest.raises(ValueError, match="bug"):
