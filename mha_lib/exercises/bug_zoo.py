@@ -206,7 +206,7 @@ class Echidna(ZooAttention):
 class Ferret(ZooAttention):
     def split(self, x, num_heads):
         B, L, _ = x.shape
-        return x.reshape(B, num_heads, L, -1)
+        return x.view(B, num_heads, L, -1)
 
 
 class Gecko(ZooAttention):
