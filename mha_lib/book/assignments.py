@@ -457,11 +457,16 @@ def nbgrader(course: Path, *args: str, check: bool = True) -> subprocess.Complet
     return result
 
 
+#: Chapters released under another assignment name than their file's (default: the file's stem).
+_ASSIGNMENT_NAMES = {"09b_bug_zoo": "bug_zoo"}
+
+
 def write_course_source(chapters: Path, course: Path, names: list[str] | None = None,
                         assignment: str | None = None) -> list[str]:
     """Write the course config and the instructor version of every chapter with exercises.
 
-    Each chapter becomes the assignment ``<course>/source/<chapter>/<chapter>.ipynb``; with
+    Each chapter becomes the assignment ``<course>/source/<chapter>/<chapter>.ipynb`` (the bug
+    zoo, ``09b_bug_zoo``, the assignment ``bug_zoo``); with
     ``assignment``, the chosen chapters are the notebooks of that one assignment instead.
 
     Returns:
@@ -480,10 +485,11 @@ def write_course_source(chapters: Path, course: Path, names: list[str] | None = 
         nb = nbformat.read(path, as_version=4)
         if not has_exercises(nb):
             continue
-        folder = course / "source" / (assignment or path.stem)
+        name = assignment or _ASSIGNMENT_NAMES.get(path.stem, path.stem)
+        folder = course / "source" / name
         folder.mkdir(parents=True, exist_ok=True)
         nbformat.write(source_notebook(nb), folder / path.name)
-        written.append(assignment or path.stem)
+        written.append(name)
     return list(dict.fromkeys(written))
 
 
