@@ -293,8 +293,7 @@ class StoryLM(nn.Module):
             raise ValueError(f"seed must be None or an integer in [0, 2**64), got {seed}")
         generator = None if seed is None else torch.Generator().manual_seed(seed)
         B = len(prompts)
-        device = self.unembedding.weight.device  # the prompts go where the model is
-        P = max(len(p) for p in prompts)
+        device, P = self.unembedding.weight.device, max(len(p) for p in prompts)  # (made where the model is)
         lens = torch.tensor([len(p) for p in prompts], device=device)  # (B,)
         ids = torch.tensor([p + [Tokenizer.pad_id] * (P - len(p)) for p in prompts], device=device)  # (B, P)
         new = []
@@ -318,11 +317,13 @@ class StoryLM(nn.Module):
         return torch.stack(new, dim=1).tolist() if new else [[] for _ in prompts]
 
     def _check_prompts(self, prompts: object) -> list[list[int]]:
-        V = self.config.vocab_size
+        V, arrays = self.config.vocab_size, (Tensor, np.ndarray)  # (prompts may be arrays, or lists of them)
+        listed = lambda x: (check_not_meta(x, "prompts") if isinstance(x, Tensor) else x).tolist()  # noqa: E731
+        prompts = listed(prompts) if isinstance(prompts, arrays) else prompts
         ok = isinstance(prompts, Sequence) and not isinstance(prompts, (str, bytes)) and len(prompts) > 0
         if ok:
-            prompts = [list(p) if isinstance(p, Sequence) and not isinstance(p, (str, bytes)) else None for p in prompts]
-            ok = all(p and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < V for i in p)
+            prompts = [listed(p) if isinstance(p, arrays) else list(p) if isinstance(p, Sequence) and not isinstance(p, (str, bytes)) else None for p in prompts]
+            ok = all(isinstance(p, list) and p and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < V for i in p)
                      for p in prompts)
         if not ok:
             raise ValueError(f"prompts must be a non-empty list of non-empty lists of token ids in [0, {V}), got {prompts!r:.100}")
