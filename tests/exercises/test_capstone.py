@@ -1,0 +1,195 @@
+"""The capstone's grader (mha_lib.exercises.capstone) on the shipped story model and on planted mistakes.
+
+Each planted mistake is a small subclass of StoryLM around the shipped weights: the grade of the
+part that must catch it, and its message, are checked. One grade of each model per module.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mha_lib.block import TransformerBlock
+from mha_lib.exercises import capstone
+from mha_lib.lm import Config, StoryLM, held_out_stories, load_pretrained
+from mha_lib.lm_heads import find_heads
+from mha_lib.multihead import MultiHeadAttention
+from mha_lib.positions import rotary
+from mha_lib.stories import Tokenizer
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    model, _ = load_pretrained()
+    roles = {r: (f.layer, f.head) for r, f in find_heads(model, held_out_stories(300)).items()}
+    return model, roles
+
+
+def _planted(cls):
+    """The shipped weights in a model of class ``cls`` (a StoryLM with a planted mistake)."""
+    model, _ = load_pretrained()
+    planted = cls(model.config)
+    planted.load_state_dict(model.state_dict())
+    return planted.eval()
+
+
+class _CacheOffset(StoryLM):
+    """The cached step puts every new token one position too early (a rotary offset mistake): it
+    rotates by the wrong angle and overwrites the previous token's keys and values."""
+
+    def forward(self, ids, valid_lens=None, *, cache=None, positions=None, **kwargs):
+        if cache is not None and positions is not None:
+            positions = positions - 1
+        return super().forward(ids, valid_lens, cache=cache, positions=positions, **kwargs)
+
+
+class _LeftPadded(StoryLM):
+    """Generation pads the prompts on the left and lets the padding be read as tokens."""
+
+    @torch.no_grad()
+    def generate(self, prompts, max_new_tokens, temperature=0.0, top_k=None, use_cache=True, seed=None):
+        rows = [list(p) for p in prompts]
+        for _ in range(max_new_tokens):
+            longest = max(len(r) for r in rows)
+            ids = torch.tensor([[Tokenizer.pad_id] * (longest - len(r)) + r for r in rows])  # (B, L)
+            next_ids = self(ids)[:, -1].argmax(-1)  # (B,)
+            rows = [r + [int(t)] for r, t in zip(rows, next_ids)]
+        return [r[len(p):] for r, p in zip(rows, prompts)]
+
+
+class _DeafToHeadMask(StoryLM):
+    """``head_mask`` is accepted and ignored."""
+
+    def forward(self, ids, valid_lens=None, *, head_mask=None, **kwargs):
+        return super().forward(ids, valid_lens, **kwargs)
+
+
+class _LyingWeights(StoryLM):
+    """``need_weights`` reports each head's weights under its neighbour's index."""
+
+    def forward(self, ids, valid_lens=None, *, need_weights=False, **kwargs):
+        out = super().forward(ids, valid_lens, need_weights=need_weights, **kwargs)
+        if need_weights:
+            logits, weights = out
+            return logits, weights.roll(1, dims=2)  # (B, N, H, L, L): head h reports head h - 1's
+        return out
+
+
+@pytest.fixture(scope="module")
+def report(shipped):
+    return capstone.grade(*shipped)
+
+
+def test_shipped_model_earns_full_marks_on_heads_quality_and_decoding(report):
+    for part in ("heads", "quality", "decoding"):
+        points, most, message = report.parts[part]
+        assert points == most, message
+    assert list(report.parts) == list(capstone.POINTS)
+    assert report.max_points == sum(capstone.POINTS.values())
+    text = str(report)
+    assert text.startswith(f"Capstone: {report.points:g}/{report.max_points:g} points")
+    assert "no parts given" in text  # no components: those points need the student's parts
+
+
+def test_two_roles_swapped_lose_their_head_points_and_name_the_relation(shipped, report):
+    model, roles = shipped
+    swapped = {**roles, "antecedent": roles["recall"], "recall": roles["antecedent"]}
+    graded = capstone.grade(model, swapped)
+    points, most, message = graded.parts["heads"]
+    assert points == most / 3  # possession keeps its 4 points; antecedent and recall lose theirs
+    lines = message.splitlines()
+    for relation in ("antecedent", "recall"):
+        line = next(line for line in lines if line.startswith(relation))
+        assert "below" in line and f"is that the {relation} head?" in line
+    assert graded.parts["quality"] == report.parts["quality"]
+
+
+def test_an_untrained_model_fails_quality(shipped):
+    torch.manual_seed(0)
+    untrained = StoryLM(Config()).eval()
+    points, _, message = capstone.grade(untrained, shipped[1]).parts["quality"]
+    assert points == 0
+    assert f"above {capstone.MAX_LOSS}" in message and "does not yet look back at the recall links" in message
+
+
+def test_a_head_mask_that_does_nothing_fails_heads(shipped):
+    points, _, message = capstone.grade(_planted(_DeafToHeadMask), shipped[1]).parts["heads"]
+    assert points == 0
+    assert message.startswith("head_mask does nothing")
+
+
+def test_weights_reported_under_the_wrong_head_fail_heads_with_a_message(shipped):
+    graded = capstone.grade(_planted(_LyingWeights), shipped[1])
+    points, most, message = graded.parts["heads"]
+    assert points <= most / 2
+    assert "does need_weights report the weights the forward pass uses?" in message
+    assert graded.parts["quality"][0] == graded.parts["quality"][1]
+
+
+def test_a_cache_offset_shows_in_decoding(shipped):
+    points, most, message = capstone.grade(_planted(_CacheOffset), shipped[1]).parts["decoding"]
+    assert points <= most * 2 / 3 and message.startswith("padding: a story scores the same")
+    assert "differently with the cache than without" in message and "rotary offset" in message
+
+
+def test_left_padding_shows_in_decoding(shipped):
+    points, most, message = capstone.grade(_planted(_LeftPadded), shipped[1]).parts["decoding"]
+    assert points == most * 2 / 3
+    assert "differently in a batch than alone" in message and "padded on" in message
+
+
+def test_a_model_without_storylms_interface_gets_a_message_not_an_exception():
+    graded = capstone.grade(torch.nn.Linear(2, 2), {"recall": (0, 0)})
+    assert graded.points == 0
+    assert "model.config needs" in graded.parts["quality"][2]
+
+
+class _Block(torch.nn.Module):
+    """The book's pre-LN block behind the capstone's block interface, ``block(x)``, causal."""
+
+    norm_first = True
+
+    def __init__(self, d_model, num_heads, d_ff):
+        super().__init__()
+        self.inner = TransformerBlock(d_model, num_heads, d_ff, 0.0, norm_first=self.norm_first, rope=True)
+
+    def forward(self, x):
+        lens = torch.arange(1, x.shape[1] + 1).expand(x.shape[:2])  # (B, L): query i sees keys 0..i
+        return self.inner(x, lens)
+
+
+class _PostLNBlock(_Block):
+    norm_first = False
+
+
+def _my_rotary(x, positions):
+    return rotary(x, positions)
+
+
+def _halves_rotary(x, positions):
+    return rotary(x, positions, pairs="halves")
+
+
+def test_components_go_through_the_books_checkers_and_the_books_classes_earn_nothing():
+    def components(parts):
+        return capstone._components(parts)
+
+    most = capstone.POINTS["components"] / 3
+    points, message = components({"rotary": _my_rotary, "block": _Block})
+    assert points == 2 * most, message
+    points, message = components({"rotary": _halves_rotary, "block": _PostLNBlock})
+    assert points < 2 * most and "rotation pairs" in message and "not pre-LN" in message
+    points, message = components({"attention": MultiHeadAttention, "rotary": rotary, "block": TransformerBlock})
+    assert points == 0 and message.count("the book's own code") == 3
+
+
+@pytest.mark.parametrize("bad", [{"heads": (0, 0)}, {"recall": [1, 3]}, {"recall": (1,)}, [("recall", (1, 3))]])
+def test_malformed_roles_are_a_value_error_naming_roles(shipped, bad):
+    with pytest.raises(ValueError, match="roles must map relations"):
+        capstone.grade(shipped[0], bad)
+
+
+@pytest.mark.parametrize("seed", [2, -1, 1.5, True])
+def test_an_even_or_bad_seed_is_a_value_error(shipped, seed):
+    with pytest.raises(ValueError, match="seed must be an odd integer"):
+        capstone.grade(*shipped, seed=seed)
