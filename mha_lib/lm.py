@@ -464,8 +464,13 @@ def _held_out_metrics(model: StoryLM, stories: Sequence[Story]) -> dict[str, flo
     return {("held_out_loss" if name == "loss" else name): value for name, value in evaluate(model, stories).items()}
 
 
-def train(config: Config = Config(), *, progress: bool | TextIO = True) -> TrainResult:
+def train(config: Config = Config(), *, progress: bool | TextIO = True, model: nn.Module | None = None) -> TrainResult:
     """Train a fresh model from ``config.seed`` on one CPU thread; the same config gives the same weights.
+
+    Args:
+        model: a fresh model to train on the same batches instead of ``StoryLM(config)``: any
+            module with StoryLM's interface (the capstone's, chapter 12b). Only a StoryLM is
+            evaluated on the held-out stories during training.
 
     Returns:
         A :class:`~mha_lib.training.TrainResult` (model in eval mode); ``history`` holds
@@ -477,15 +482,19 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True) -> Train
     tokenizer = Tokenizer()
     if config.vocab_size != tokenizer.vocab_size:
         raise ValueError(f"config.vocab_size must be the tokenizer's {tokenizer.vocab_size}, got {config.vocab_size}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)  # the initialisation, without touching the caller's state
-        model = StoryLM(config)
+    if model is None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)  # the initialisation, without touching the caller's state
+            model = StoryLM(config)
+    elif not isinstance(model, nn.Module):
+        raise ValueError(f"model must be None or an nn.Module with StoryLM's interface, got {type(model).__name__}")
     held_out = held_out_stories(config.eval_stories)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     history = train_loop(
         model, _batch_loss, _batches(config, tokenizer), optimizer, steps=config.steps,
         schedule=lambda step: warmup_cosine(step, warmup=config.warmup, steps=config.steps),
-        evaluate=lambda m: _held_out_metrics(m, held_out), eval_every=config.eval_every,
+        evaluate=(lambda m: _held_out_metrics(m, held_out)) if isinstance(model, StoryLM) else None,
+        eval_every=config.eval_every if isinstance(model, StoryLM) else None,
         num_threads=config.num_threads, progress=progress,
     )
     history["vocab"] = list(tokenizer.vocab)

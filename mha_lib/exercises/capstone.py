@@ -67,6 +67,7 @@ __all__ = [
     "NUM_STORIES",
     "POINTS",
     "RIVAL_SHARE",
+    "check_block",
     "grade",
 ]
 
@@ -218,7 +219,7 @@ def _block_points(block_class: object, most: float) -> tuple[float, str]:
     try:
         block = _call(f"{getattr(block_class, '__name__', 'block')}({D}, {H}, {d_ff})", block_class, D, H, d_ff)
         if not isinstance(block, nn.Module):
-            return 0.0, f"block: {block_class!r:.40}({D}, {H}, {d_ff}) is not an nn.Module"
+            return 0.0, f"block: {getattr(block_class, '__name__', 'block')}({D}, {H}, {d_ff}) is not an nn.Module"
         g = seeded(35)
         with torch.no_grad():
             for p in block.parameters():  # random weights, so that no sublayer is close to zero
@@ -242,6 +243,14 @@ def _block_points(block_class: object, most: float) -> tuple[float, str]:
              ("pre-LN" if pre_ln else "not pre-LN: the output is not x + sublayer(LayerNorm(x)) "
               "(a LayerNorm after the residual sum, post-LN, or no residual connection)")]
     return points, "block: " + "; ".join(notes)
+
+
+def check_block(block_class: type) -> bool:
+    """Check a pre-LN block ``block_class(d_model, num_heads, d_ff)``, ``block(x) -> (B, L, D)``:
+    causal, and pre-LN. Prints what it finds, as the book's checkers do; True when both hold."""
+    points, message = _block_points(block_class, 2.0)
+    print(f"check_block: {'both checks pass' if points == 2 else 'not yet right'}.\n- {message}")
+    return points == 2
 
 
 def _components(parts: object) -> tuple[float, str]:
@@ -320,8 +329,8 @@ def _decoding(model: nn.Module, stories: list[Story]) -> tuple[float, str]:
     else:
         wrong = sum(a != b for a, b in zip(cached, uncached))
         lines.append(f"cache: {wrong} of {len(prompts)} prompts decode differently with the cache than without. "
-                     "Look at the cached step: the position (rotary offset) of the new token, len(prompt) + t, "
-                     "and the mask of a query over the cached keys")
+                     "Look at the cached step: the position it gives the token it feeds (its rotary angle, and "
+                     "where its keys and values go), and the mask of a query over the cached keys")
     return points, "\n".join(lines)
 
 
@@ -432,9 +441,9 @@ def _heads(model: nn.Module, stories: list[Story], roles: dict, shape: tuple[int
         where = f"layer {n} head {h}"
         notes = [f"weight on the {relation} links {weight:.2f}" + ("" if weight_ok else f" (below {MIN_LINK_WEIGHT})"),
                  f"gating it off raises their loss {selective[(n, h)]:+.2f} nats more than elsewhere"
-                 + ("" if gate_ok else f" (needs >= {MIN_SELECTIVE_RISE} and "
-                    f"{RIVAL_SHARE:g} of the largest, {selective[rival]:+.2f} by layer {rival[0]} head {rival[1]}: "
-                    f"is that the {relation} head?)")]
+                 + ("" if gate_ok else f" (needs >= {MIN_SELECTIVE_RISE}" + (
+                     ")" if rival == (n, h) else f" and {RIVAL_SHARE:g} of the largest, {selective[rival]:+.2f} "
+                     f"by layer {rival[0]} head {rival[1]}: is that the {relation} head?)"))]
         if gate_ok and not weight_ok:
             notes.append("the loss says this head does the work, yet its reported weights do not look at the links: "
                          "does need_weights report the weights the forward pass uses?")

@@ -129,7 +129,7 @@ def test_weights_reported_under_the_wrong_head_fail_heads_with_a_message(shipped
 def test_a_cache_offset_shows_in_decoding(shipped):
     points, most, message = capstone.grade(_planted(_CacheOffset), shipped[1]).parts["decoding"]
     assert points <= most * 2 / 3 and message.startswith("padding: a story scores the same")
-    assert "differently with the cache than without" in message and "rotary offset" in message
+    assert "differently with the cache than without" in message and "rotary angle" in message
 
 
 def test_left_padding_shows_in_decoding(shipped):
