@@ -315,22 +315,19 @@ def _decoding(model: nn.Module, stories: list[Story]) -> tuple[float, str]:
                                      _NEW_TOKENS, use_cache=False), len(prompts), "generate")
     except _Broken as err:
         return points, "\n".join(lines + [f"generation: {err}"])
-    if cached == one_by_one:
-        points += most
-        lines.append("batch: a batch of prompts of different lengths decodes as each prompt alone")
-    else:
-        wrong = sum(a != b for a, b in zip(cached, one_by_one))
-        lines.append(f"batch: {wrong} of {len(prompts)} prompts decode differently in a batch than alone. Look at "
-                     "where each prompt's next token sits (its own length, not the longest prompt's), which side "
-                     "the prompts are padded on, and whether the cache's padding slots stay hidden")
-    if cached == uncached:
-        points += most
-        lines.append("cache: decoding with the KV cache gives the same tokens as without it")
-    else:
-        wrong = sum(a != b for a, b in zip(cached, uncached))
-        lines.append(f"cache: {wrong} of {len(prompts)} prompts decode differently with the cache than without. "
-                     "Look at the cached step: the position it gives the token it feeds (its rotary angle, and "
-                     "where its keys and values go), and the mask of a query over the cached keys")
+    checks = (
+        ("batch", one_by_one, "a batch of prompts of different lengths decodes as each prompt alone",
+         "decode differently in a batch than alone. Look at where each prompt's next token sits (its own length, "
+         "not the longest prompt's), which side the prompts are padded on, and whether the cache's padding slots "
+         "stay hidden"),
+        ("cache", uncached, "decoding with the KV cache gives the same tokens as without it",
+         "decode differently with the cache than without. Look at the cached step: the position it gives the token "
+         "it feeds (its rotary angle, and where its keys and values go), and the mask of a query over the cached keys"),
+    )
+    for name, other, right, wrong in checks:
+        differ = sum(a != b for a, b in zip(cached, other))
+        points += most * (differ == 0)
+        lines.append(f"{name}: {right}" if differ == 0 else f"{name}: {differ} of {len(prompts)} prompts {wrong}")
     return points, "\n".join(lines)
 
 

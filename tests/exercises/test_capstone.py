@@ -6,16 +6,22 @@ part that must catch it, and its message, are checked. One grade of each model p
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import nbformat
 import pytest
 import torch
 
 from mha_lib.block import TransformerBlock
+from mha_lib.book import assignments
 from mha_lib.exercises import capstone
-from mha_lib.lm import Config, StoryLM, held_out_stories, load_pretrained
+from mha_lib.lm import Config, StoryLM, held_out_stories, load_pretrained, train
 from mha_lib.lm_heads import find_heads
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.positions import rotary
 from mha_lib.stories import Tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +199,44 @@ def test_malformed_roles_are_a_value_error_naming_roles(shipped, bad):
 def test_an_even_or_bad_seed_is_a_value_error(shipped, seed):
     with pytest.raises(ValueError, match="seed must be an odd integer"):
         capstone.grade(*shipped, seed=seed)
+
+
+class _Wrapped(torch.nn.Module):
+    """A model with StoryLM's interface that is not a StoryLM (a student's own class)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config, self.inner = config, StoryLM(config)
+
+    def forward(self, ids, valid_lens=None, **kwargs):
+        return self.inner(ids, valid_lens, **kwargs)
+
+
+def test_lm_train_trains_any_model_with_storylms_interface():
+    config = Config(steps=3, warmup=1, eval_every=1)
+    torch.manual_seed(0)
+    model = _Wrapped(config)
+    before = [p.detach().clone() for p in model.parameters()]
+    result = train(config, model=model, progress=False)
+    assert result.model is model and not model.training
+    assert len(result.history["train_loss"]) == 3 and "eval_steps" not in result.history
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    with pytest.raises(ValueError, match="model must be None or an nn.Module"):
+        train(config, model="my model", progress=False)
+
+
+def test_the_capstone_assignment_grades_the_hand_in_again_on_hidden_stories():
+    from nbgrader.preprocessors import ClearHiddenTests
+
+    nb = nbformat.read(ROOT / "chapters" / "12b_capstone.ipynb", as_version=4)
+    total = sum(capstone.POINTS.values())
+    hand_in = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-12b-roles-test"]
+    assert len(hand_in) == 1 and hand_in[0].metadata["nbgrader"]["points"] == total
+    source = assignments.source_notebook(nb, capstone_seed=11)
+    hidden = [c for c in source.cells if "hidden_grade(" in c.source]
+    assert len(hidden) == 1 and "seed=11)" in hidden[0].source
+    assert hidden[0].metadata["nbgrader"] == {**hidden[0].metadata["nbgrader"], "grade": True, "points": total}
+    released, _ = ClearHiddenTests().preprocess(source, {})
+    assert not any("hidden_grade" in c.source or "seed=11" in c.source for c in released.cells)
+    with pytest.raises(ValueError, match="capstone_seed: expected an odd integer"):
+        assignments.source_notebook(nb, capstone_seed=12)
