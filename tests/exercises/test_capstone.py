@@ -189,6 +189,15 @@ def test_components_go_through_the_books_checkers_and_the_books_classes_earn_not
     assert points == 0 and message.count("the book's own code") == 3
 
 
+def test_check_block_prints_its_verdict(capsys):
+    assert capstone.check_block(_Block)
+    assert "both checks pass" in capsys.readouterr().out
+    assert not capstone.check_block(_PostLNBlock)
+    assert "not pre-LN" in capsys.readouterr().out
+    assert not capstone.check_block(lambda d_model, num_heads, d_ff: None)
+    assert "is not an nn.Module" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("bad", [{"heads": (0, 0)}, {"recall": [1, 3]}, {"recall": (1,)}, [("recall", (1, 3))]])
 def test_malformed_roles_are_a_value_error_naming_roles(shipped, bad):
     with pytest.raises(ValueError, match="roles must map relations"):
