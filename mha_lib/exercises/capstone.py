@@ -195,7 +195,9 @@ def _stories(seed: object, num_stories: object) -> list[Story]:
 # --- components -----------------------------------------------------------------------------------
 
 def _is_the_books(answer: object) -> bool:
-    return str(getattr(answer, "__module__", "")).startswith("mha_lib.")
+    """The book's own function or class, or a class whose forward is the book's (a bare subclass)."""
+    return any(str(getattr(x, "__module__", "")).startswith("mha_lib.")
+               for x in (answer, getattr(answer, "forward", None)) if x is not None)
 
 
 def _checked_points(checker: str, answer: object, most: float) -> tuple[float, str]:

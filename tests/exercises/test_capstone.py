@@ -188,6 +188,12 @@ def test_components_go_through_the_books_checkers_and_the_books_classes_earn_not
     points, message = components({"attention": MultiHeadAttention, "rotary": rotary, "block": TransformerBlock})
     assert points == 0 and message.count("the book's own code") == 3
 
+    class Renamed(MultiHeadAttention):  # the book's class under another name
+        pass
+
+    points, message = components({"attention": Renamed})
+    assert points == 0 and "the book's own code" in message
+
 
 def test_check_block_prints_its_verdict(capsys):
     assert capstone.check_block(_Block)
