@@ -167,8 +167,9 @@ def _sizes(model: object) -> tuple[int, int]:
 
 def _logits(model: nn.Module, ids: Tensor, lens: Tensor | None, head_mask: Tensor | None = None) -> Tensor:
     """``model(ids, lens, head_mask=...)`` in eval mode, checked to be (B, L, V) floats."""
+    gates = {} if head_mask is None else {"head_mask": head_mask}  # a model without head_mask still scores
     with eval_mode(model):
-        out = _call("model(ids, valid_lens)", model, ids, lens, head_mask=head_mask)
+        out = _call("model(ids, valid_lens" + (", head_mask=...)" if gates else ")"), model, ids, lens, **gates)
     expected = (*ids.shape, Tokenizer().vocab_size)
     if not isinstance(out, Tensor) or tuple(out.shape) != expected or not out.is_floating_point():
         got = f"shape {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__

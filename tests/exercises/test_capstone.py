@@ -255,3 +255,23 @@ def test_the_capstone_assignment_grades_the_hand_in_again_on_hidden_stories():
     assert not any("hidden_grade" in c.source or "seed=11" in c.source for c in released.cells)
     with pytest.raises(ValueError, match="capstone_seed: expected an odd integer"):
         assignments.source_notebook(nb, capstone_seed=12)
+
+
+class _NoGates(torch.nn.Module):
+    """The shipped model behind a forward without head_mask or need_weights (a partial model)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.config, self.inner = model.config, model
+
+    def forward(self, ids, valid_lens=None):
+        return self.inner(ids, valid_lens)
+
+    def generate(self, prompts, max_new_tokens, use_cache=True):
+        return self.inner.generate(prompts, max_new_tokens, use_cache=use_cache)
+
+
+def test_a_partial_model_earns_partial_credit(shipped):
+    graded = capstone.grade(_NoGates(shipped[0]), shipped[1])
+    assert [graded.parts[p][0] for p in ("decoding", "quality", "heads")] == [6, 6, 0]
+    assert "model(ids, valid_lens, head_mask=...) raised TypeError" in graded.parts["heads"][2]
