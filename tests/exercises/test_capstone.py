@@ -275,3 +275,24 @@ def test_a_partial_model_earns_partial_credit(shipped):
     graded = capstone.grade(_NoGates(shipped[0]), shipped[1])
     assert [graded.parts[p][0] for p in ("decoding", "quality", "heads")] == [6, 6, 0]
     assert "model(ids, valid_lens, head_mask=...) raised TypeError" in graded.parts["heads"][2]
+
+
+class _PadsOnTheLeft(StoryLM):
+    """Scores a padded batch with the padding moved to the left, read as tokens (the padding side)."""
+
+    def forward(self, ids, valid_lens=None, **kwargs):
+        if valid_lens is None:
+            return super().forward(ids, **kwargs)
+        shifts = [ids.shape[1] - int(n) for n in valid_lens]  # each row's padding, moved to its front
+        left = torch.stack([row.roll(s) for row, s in zip(ids, shifts)])  # (B, L)
+        out = super().forward(left, **kwargs)
+        logits = out[0] if isinstance(out, tuple) else out
+        logits = torch.stack([row.roll(-s, dims=0) for row, s in zip(logits, shifts)])  # (B, L, V), back in place
+        return (logits, out[1]) if isinstance(out, tuple) else logits
+
+
+def test_padding_on_the_wrong_side_shows_in_decoding(shipped):
+    points, most, message = capstone.grade(_planted(_PadsOnTheLeft), shipped[1]).parts["decoding"]
+    assert points < most
+    assert message.startswith("padding: a story's scores change when it is padded in a batch")
+    assert "is padding on the right?" in message
