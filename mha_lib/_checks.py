@@ -16,6 +16,7 @@ from torch import Tensor
 __all__ = [
     "as_tensor",
     "check_bool",
+    "check_device",
     "check_not_meta",
     "check_positive_int",
     "check_positive_number",
@@ -52,6 +53,28 @@ def check_not_meta(x: Tensor, name: str) -> Tensor:
             f"numbers, {tuple(x.shape)}): pass a tensor with data, e.g. on the CPU"
         )
     return x
+
+
+def check_device(value: object, name: str = "device") -> torch.device:
+    """``value`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``) as a device this
+    PyTorch can use, else a ValueError naming ``name`` (an unknown kind, a CUDA device without
+    CUDA, an index past the last GPU, the meta device that holds no numbers)."""
+    try:
+        device = torch.device(value)
+    except (TypeError, RuntimeError, ValueError):
+        raise ValueError(f"{name} must be a device such as 'cpu' or 'cuda', got {value!r}") from None
+    if device.type == "meta":
+        raise ValueError(f"{name} must be a device with data, not 'meta' (shapes only), got {value!r}")
+    if device.type != "cpu":
+        module = getattr(torch, device.type, None)
+        available = getattr(module, "is_available", lambda: False)()
+        count = getattr(module, "device_count", lambda: 0)() if available else 0
+        if not available or (device.index is not None and device.index >= count):
+            raise ValueError(
+                f"{name} {value!r} is not available here ({device.type}: "
+                f"{count} device(s)); use 'cpu'" + (", or see torch.cuda.is_available()" if device.type == "cuda" else "")
+            )
+    return device
 
 
 def as_tensor(value: object, name: str, what: str) -> Tensor:

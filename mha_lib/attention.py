@@ -34,7 +34,7 @@ from mha_lib.masking import (
 from mha_lib.masks import Mask
 
 __all__ = ["DotProductAttention", "FiniteDotProductAttention", "NonFiniteRule", "all_finite",
-           "check_qkv", "fit_queries", "score_operands"]
+           "check_qkv", "fit_queries", "guards_change_nothing", "score_operands"]
 
 
 def check_qkv(queries: Tensor, keys: Tensor, values: Tensor, *, dot: bool = False) -> None:
@@ -125,6 +125,26 @@ def fit_queries(queries: Tensor, keys: Tensor) -> Tensor:
         shift = torch.nan_to_num(log_bound - limit, nan=0.0, posinf=0.0, neginf=0.0)
         factor = torch.exp2(-shift.clamp(min=0).ceil())  # (..., Lq): 1, or 2**-n
     return queries * factor[..., None].to(queries.dtype)
+
+
+def guards_change_nothing(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """0-d bool, True when the guards of the layers would change nothing: every entry of q, k
+    and v is finite (the rule for NaN and inf, :class:`NonFiniteRule`, then adds zeros), and no
+    score can overflow (:func:`fit_queries` then multiplies every row by exactly 1).
+
+    A bound for all rows at once, ``d * max|q| * max|k|`` below the limit of
+    :func:`fit_queries` (which bounds each row, more tightly): three reductions, not a pass per
+    guard. Not a value is read here (the caller decides where reading it costs nothing).
+
+    Shapes:
+        q: (..., Lq, d); k, v: (..., Lk, d), as :func:`fit_queries` takes them.
+    """
+    if 0 in (q.numel(), k.numel()):
+        return torch.ones((), dtype=torch.bool, device=q.device)  # no score at all
+    # max |x| of each (NaN and inf pass through; two plain reductions are the fast ones on a CPU)
+    largest = [torch.maximum(x.detach().amax(), -x.detach().amin()).float() for x in (q, k, v)]
+    limit = 2.0 ** (int(math.log2(torch.finfo(_score_dtype(q.dtype)).max)) - _HEADROOM)
+    return (largest[0] * largest[1] * q.shape[-1] <= limit) & torch.isfinite(largest[2])
 
 
 @quiet_when_traced
@@ -221,7 +241,7 @@ class DotProductAttention(nn.Module):
             weights = masked_softmax(scores, valid_lens, inplace=True)  # the scores are ours
         else:  # any mask: its keep mask (B or 1, Lq or 1, Lk)
             keep = (mask if isinstance(mask, Visible) else
-                    visible(as_mask(valid_lens, mask), *scores.shape)).raw
+                    visible(as_mask(valid_lens, mask), *scores.shape, device=scores.device)).raw
             weights = scores.softmax(-1) if keep is None else softmax_over_kept(scores, keep, inplace=True)
         weights = weights.to(values.dtype)
         output = torch.bmm(self.dropout(weights), values)  # (B, Lq, dv)
@@ -299,22 +319,17 @@ def _check_finite_attention(queries, keys, values, valid_lens, need_weights, mas
     if isinstance(mask, Visible):
         return mask
     valid_lens, _ = read_valid_lens(valid_lens, B, Lq, Lk, device=queries.device)
-    return visible(as_mask(valid_lens, mask), B, Lq, Lk)
+    return visible(as_mask(valid_lens, mask), B, Lq, Lk, device=queries.device)
 
 
 # --- the rule for NaN and infinite inputs ----------------------------------------------------------
 
 
 def _sum(x: Tensor, dim: int | tuple[int, ...] | None = None) -> Tensor:
-    """Sum of ``x`` (over ``dim``) that is inf or NaN exactly when an entry is.
-
-    Summed in float64, where finite entries of a narrower dtype cannot overflow (float32's
-    largest, 3.4e38, times 2**900 entries); float64 entries are multiplied by 0 first
-    (finite -> 0, inf and NaN -> NaN).
-    """
-    if x.dtype == torch.float64:
-        x = x * 0
-    return x.sum(dtype=torch.float64) if dim is None else x.sum(dim, dtype=torch.float64)
+    """Sum of ``x * 0`` (over ``dim``): 0, or NaN exactly when an entry is inf or NaN (a finite
+    entry times 0 is 0, and a sum of zeros cannot overflow, whatever the dtype)."""
+    x = x * 0
+    return x.sum() if dim is None else x.sum(dim)
 
 
 def all_finite(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:

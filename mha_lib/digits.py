@@ -42,10 +42,12 @@ from typing import Sequence, TextIO
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import check_positive_int, check_size, check_tensor
+from mha_lib._checks import check_device, check_positive_int, check_size, check_tensor
 from mha_lib._modes import eval_mode
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.training import (
+    model_device,
+    to_device,
     TrainResult,
     check_config,
     check_config_fields,
@@ -374,6 +376,7 @@ def example_losses(model: nn.Module, batch: TaskBatch, head_mask: Tensor | None 
         (B,) losses (differentiable with respect to ``head_mask``).
     """
     _check_model_and_batch(model, batch)
+    batch = to_device(batch, model_device(model))  # (the data goes where the model is)
     with eval_mode(model):
         logits = model(batch.tokens, batch.valid_lens, head_mask=head_mask)  # (B, L, V)
     return _loss_fn(logits, batch.targets, reduction="per_example")
@@ -389,13 +392,15 @@ def accuracy(model: nn.Module, batch: TaskBatch, head_mask: Tensor | None = None
         head_mask: optional gates (H,) passed to the model.
     """
     _check_model_and_batch(model, batch)
+    batch = to_device(batch, model_device(model))  # (the data goes where the model is)
     labelled = batch.targets != _IGNORE_INDEX  # (B, L)
     if not labelled.any():
         raise ValueError("batch must have at least one labelled position, got only IGNORE_INDEX targets")
     with eval_mode(model):
         logits = model(batch.tokens, batch.valid_lens, head_mask=head_mask)  # (B, L, V)
     correct = (logits.argmax(dim=-1) == batch.targets) & labelled
-    return correct.sum().item() / labelled.sum().item()
+    right, total = torch.stack([correct.sum(), labelled.sum()]).tolist()  # (one host read)
+    return right / total
 
 
 # --- the experiment ---------------------------------------------------------------------------
@@ -404,7 +409,8 @@ def _batch_loss(model: nn.Module, batch: TaskBatch) -> Tensor:
     return _loss_fn(model(batch.tokens, batch.valid_lens), batch.targets)
 
 
-def train(config: Config = Config(), *, progress: bool | TextIO = True) -> TrainResult:
+def train(config: Config = Config(), *, progress: bool | TextIO = True,
+          device: torch.device | str = "cpu") -> TrainResult:
     """Train a fresh model from ``config.seed``: the same config gives the same weights.
 
     The initialisation draws from the global generator inside ``fork_rng`` (the caller's
@@ -414,6 +420,8 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True) -> Train
     Args:
         config: sizes and hyper-parameters.
         progress: a one-line progress bar to stderr (True), to a text stream, or none (False).
+        device: where to train ('cpu', 'cuda', ...): the same initial weights and batches on
+            every device (drawn on the CPU); the CPU by default.
 
     Returns:
         A :class:`~mha_lib.training.TrainResult` (model in eval mode); ``history`` holds
@@ -424,6 +432,7 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True) -> Train
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)  # parameter initialisation draws from the global generator
         model = DigitAttentionModel(config)
+    model.to(check_device(device))  # initialised on the CPU: the same weights on every device
     data = torch.Generator().manual_seed(config.seed + 1)
     batches = (
         make_batch(config.batch_size, generator=data, vocab_size=config.vocab_size,

@@ -193,8 +193,8 @@ def tiled_attention(
     nK = -(-Lk // block_size)
     if tiles is None:  # no mask: every tile, none masked
         shape = (B, -(-Lq // block_size), nK)
-        tiles = TileMap(torch.zeros(shape, dtype=torch.bool), torch.ones(shape, dtype=torch.bool),
-                        block_size)
+        tiles = TileMap(torch.zeros(shape, dtype=torch.bool, device=queries.device),
+                        torch.ones(shape, dtype=torch.bool, device=queries.device), block_size)
         # nothing to skip: one block of all the queries, so only the keys are tiled (the
         # (B, Lq, b) scores of one block of keys at a time; fewer, larger products)
         q_block, states = max(Lq, 1), [[2] * nK]
@@ -221,7 +221,9 @@ def tiled_attention(
             m, s, acc = online_step(m, s, acc, scores, values[:, c0:c1], keep)
         out = OnlineSoftmaxState(Lk, m, s, acc).output  # (B, b, dv)
         skipped = [c for c in range(nK) if states[r][c] == 0]
-        rows.append(out + zeros[:, skipped].sum(1, keepdim=True) if skipped else out)
+        if skipped:  # (B, nK, dv) -> (B, 1, dv)
+            out = out + zeros.index_select(1, torch.tensor(skipped, device=zeros.device)).sum(1, keepdim=True)
+        rows.append(out)
     out = torch.cat(rows, dim=1) if rows else q.new_zeros(B, 0, values.shape[-1])  # (B, Lq, dv)
     out = out.to(queries.dtype)
     return (out, tiles) if return_tiles else out

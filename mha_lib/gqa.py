@@ -235,8 +235,8 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:  # decoding: the cached positions are keys too
             k, v, seen = cached_keys_values(cache, k, v, mask, positions)
         else:
-            seen = visible(mask, *queries.shape[:2], keys.shape[1])
-        nonfinite = None if finite else NonFiniteRule.of(queries, keys, values, seen.raw)
+            seen = visible(mask, *queries.shape[:2], keys.shape[1], device=queries.device)
+        nonfinite = None if finite else lambda: NonFiniteRule.of(queries, keys, values, seen.raw)
         out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
                                     gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
         output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)

@@ -39,11 +39,12 @@ from typing import Iterator, NamedTuple, Sequence, TextIO
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import check_bool, check_positive_int, check_tensor
+from mha_lib._checks import check_bool, check_device, check_positive_int, check_tensor
 from mha_lib._modes import eval_mode
 from mha_lib.masking import causal_valid_lens
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.training import (
+    model_device,
     TrainResult,
     check_config,
     check_config_fields,
@@ -314,14 +315,15 @@ def half_losses(model: AttentionOnlyTransformer, tokens: Tensor, head_mask: Tens
         tokens: (B, L) from :func:`make_repeated_batch`; head_mask: None or (num_layers, H).
     """
     _check_model(model)
-    tokens = _check_tokens(tokens)
+    tokens = _check_tokens(tokens).to(model_device(model))  # (the data goes where the model is)
     half = _half_len(tokens)
     with eval_mode(model):
         logits = model(tokens, head_mask=head_mask)  # (B, L, V)
     per_token = nn.functional.cross_entropy(
         logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
     )  # (B, V, L-1) vs (B, L-1) -> (B, L-1): entry i is the loss of predicting token i+1
-    return _HalfLosses(float(per_token[:, : half - 1].mean()), float(per_token[:, half:].mean()))
+    random, repeated = torch.stack([per_token[:, : half - 1].mean(), per_token[:, half:].mean()]).tolist()
+    return _HalfLosses(random, repeated)  # (one host read)
 
 
 class _HeadScores(NamedTuple):
@@ -343,8 +345,8 @@ def induction_targets(tokens: Tensor) -> Tensor:
     tokens = _check_tokens(tokens)
     L = tokens.shape[1]
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, L, L): [b, i, j] token i == token j
-    earlier = torch.ones(L, L, dtype=torch.bool).tril(-1)  # (L, L): j < i
-    j = torch.arange(L).expand_as(same)  # (B, L, L): key index j
+    earlier = torch.ones(L, L, dtype=torch.bool, device=tokens.device).tril(-1)  # (L, L): j < i
+    j = torch.arange(L, device=tokens.device).expand_as(same)  # (B, L, L): key index j
     previous = torch.where(same & earlier, j, -1).max(dim=-1).values  # (B, L): latest such j
     return torch.where(previous >= 0, previous + 1, -1)
 
@@ -373,7 +375,7 @@ def attention_scores(weights: Tensor, tokens: Tensor) -> _HeadScores:
         )
     if L < 2:
         raise ValueError(f"tokens must have at least 2 positions, got L = {L}")
-    i = torch.arange(1, L)  # queries with a previous position
+    i = torch.arange(1, L, device=weights.device)  # queries with a previous position
     previous = weights[..., i, i - 1].mean(dim=(0, 3))  # (B, num_layers, H, L-1) -> (num_layers, H)
     target = induction_targets(tokens)  # (B, L)
     has = target >= 0  # (B, L)
@@ -395,9 +397,10 @@ def head_scores(model: AttentionOnlyTransformer, tokens: Tensor) -> _HeadScores:
         tokens: (B, L), e.g. from :func:`make_repeated_batch`; returns two (num_layers, H) tensors.
     """
     _check_model(model)
+    tokens = tokens.to(model_device(model))  # (the data goes where the model is)
     with eval_mode(model):
         _, weights = model(tokens, need_weights=True)  # (B, num_layers, H, L, L)
-    return attention_scores(weights, tokens)
+    return _HeadScores(*(t.cpu() for t in attention_scores(weights, tokens)))
 
 
 def held_out_tokens(batch_size: int = 512, half_len: int = EVAL_HALF_LEN,
@@ -435,7 +438,8 @@ def _batch_loss(model: AttentionOnlyTransformer, batch: tuple[Tensor, int]) -> T
     return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
 
 
-def train(config: Config = Config(), *, progress: bool | TextIO = True) -> TrainResult:
+def train(config: Config = Config(), *, progress: bool | TextIO = True,
+          device: torch.device | str = "cpu") -> TrainResult:
     """Train a fresh model from ``config.seed`` on the CPU; the same config gives the same weights.
 
     AdamW at a constant learning rate, a fresh random batch every step (drawn from a seeded
@@ -447,6 +451,8 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True) -> Train
     Args:
         config: sizes and hyper-parameters.
         progress: a one-line progress bar to stderr (True), to a text stream, or none (False).
+        device: where to train ('cpu', 'cuda', ...): the same initial weights and batches on
+            every device (drawn on the CPU); the CPU by default.
 
     Returns:
         A :class:`~mha_lib.training.TrainResult` (model in eval mode); ``history`` holds
@@ -459,6 +465,7 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True) -> Train
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)  # the initialisation, without touching the caller's state
         model = AttentionOnlyTransformer(config)
+    model.to(check_device(device))  # initialised on the CPU: the same weights on every device
     data = torch.Generator().manual_seed(config.seed + 1)
     held_out = held_out_tokens(256, min(EVAL_HALF_LEN, config.max_half_len), config.vocab_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)

@@ -58,13 +58,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import as_tensor, check_bool, check_not_meta, check_positive_int, check_size
+from mha_lib._checks import as_tensor, check_bool, check_device, check_not_meta, check_positive_int, check_size
 from mha_lib._modes import eval_mode
 from mha_lib.block import TransformerBlock
 from mha_lib.decoding import KVCache
 from mha_lib.stories import GENDER, RELATIONS, Story, Tokenizer, check_stories, link_mask, sample_stories
 from mha_lib.timing import time_paired
 from mha_lib.training import (
+    model_device,
+    to_device,
     TrainResult,
     check_config,
     check_config_fields,
@@ -212,10 +214,10 @@ class StoryLM(nn.Module):
                                  f"gates in [0, 1], got {gates.dtype} of shape {tuple(gates.shape)}: {gates.tolist()!s:.60}")
             gates = gates.to(self.unembedding.weight.dtype)
         if cache is None:
-            lens = torch.arange(1, L + 1).expand(B, L)  # (B, L): causal, query i sees keys 0..i
+            lens = torch.arange(1, L + 1, device=ids.device).expand(B, L)  # (B, L): causal, query i sees keys 0..i
             if valid_lens is not None:
                 valid = _check_lens(valid_lens, B, L)
-                lens = torch.minimum(lens, valid[:, None])  # (B, L): and no padded key
+                lens = torch.minimum(lens, valid.to(ids.device)[:, None])  # (B, L): and no padded key
         elif valid_lens is not None:
             raise ValueError("valid_lens cannot be combined with cache: give the positions instead")
         else:
@@ -243,7 +245,10 @@ class StoryLM(nn.Module):
             got = f"{ids.dtype} of shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
             raise ValueError(f"{name} must be a non-empty integer tensor of shape (B, L), got {got}")
         check_not_meta(ids, name)
-        low, high = int(ids.min()), int(ids.max())
+        device = self.unembedding.weight.device
+        if ids.device != device:
+            raise ValueError(f"{name} are on {ids.device} but the model is on {device}: move them with {name}.to({str(device)!r})")
+        low, high = torch.stack([ids.min(), ids.max()]).tolist()  # (one host read)
         if low < 0 or high >= V:
             raise ValueError(f"{name} must hold token ids in [0, {V}), got values in [{low}, {high}]")
         return ids.long()
@@ -288,12 +293,12 @@ class StoryLM(nn.Module):
             raise ValueError(f"seed must be None or an integer in [0, 2**64), got {seed}")
         generator = None if seed is None else torch.Generator().manual_seed(seed)
         B = len(prompts)
-        lens = torch.tensor([len(p) for p in prompts])  # (B,)
-        ids = torch.full((B, int(lens.max())), Tokenizer.pad_id, dtype=torch.long)  # (B, P)
-        for b, prompt in enumerate(prompts):
-            ids[b, : len(prompt)] = torch.tensor(prompt)
+        device = self.unembedding.weight.device  # the prompts go where the model is
+        P = max(len(p) for p in prompts)
+        lens = torch.tensor([len(p) for p in prompts], device=device)  # (B,)
+        ids = torch.tensor([p + [Tokenizer.pad_id] * (P - len(p)) for p in prompts], device=device)  # (B, P)
         new = []
-        rows = torch.arange(B)
+        rows = torch.arange(B, device=device)
         with eval_mode(self):
             cache = KVCache(self.config.num_layers) if use_cache else None
             for t in range(steps):
@@ -402,13 +407,15 @@ def next_token_losses(model: StoryLM, ids: Tensor, valid_lens: Tensor, head_mask
         returns: (B, L) float, entry ``[b, i]`` the loss of token i (nats); NaN at i = 0 and
         at padding, where nothing is predicted.
     """
-    with eval_mode(check_model(model)):
+    device = model_device(check_model(model))  # (the data goes where the model is)
+    ids, valid_lens = (x.to(device) if isinstance(x, Tensor) else x for x in (ids, valid_lens))
+    with eval_mode(model):
         logits = model(ids, valid_lens, head_mask=head_mask)  # (B, L, V)
-    valid_lens = torch.full(ids.shape[:1], ids.shape[1]) if valid_lens is None else valid_lens
+    valid_lens = ids.shape[1] if valid_lens is None else torch.as_tensor(valid_lens, device=device)[:, None]
     losses = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
     # (B, V, L-1) vs (B, L-1) -> (B, L-1): entry i-1 is the loss of token i
     out = torch.cat([losses.new_full((ids.shape[0], 1), float("nan")), losses], dim=1)  # (B, L)
-    padding = torch.arange(ids.shape[1]) >= torch.as_tensor(valid_lens)[:, None]  # (B, L)
+    padding = torch.arange(ids.shape[1], device=device) >= valid_lens  # (B, L)
     return out.masked_fill(padding, float("nan"))
 
 
@@ -430,15 +437,15 @@ def evaluate(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | None 
         the fraction of linked tokens ``i`` that are the model's most likely token after ``0 .. i-1``.
     """
     stories = check_stories(stories, predict=True)
-    ids, lens = encode_stories(Tokenizer(), stories)
-    with eval_mode(check_model(model)):
+    ids, lens = to_device(encode_stories(Tokenizer(), stories), model_device(check_model(model)))
+    with eval_mode(model):
         logits = model(ids, lens, head_mask=head_mask)  # (B, L, V)
     losses = next_token_losses(model, ids, lens, head_mask)  # (B, L)
     right = torch.zeros_like(ids, dtype=torch.bool)
     right[:, 1:] = logits[:, :-1].argmax(-1) == ids[:, 1:]  # (B, L): token i predicted from i-1
     result = {"loss": float(losses.nanmean())}
     for relation in RELATIONS:
-        mask = link_mask(stories, relation, tuple(ids.shape))
+        mask = link_mask(stories, relation, tuple(ids.shape)).to(ids.device)
         result[relation] = float(right[mask].float().mean()) if mask.any() else float("nan")
     return result
 
@@ -455,7 +462,7 @@ def _batch_loss(model: StoryLM, batch: tuple[Tensor, Tensor]) -> Tensor:
     """Next-token cross-entropy over the real tokens (padding predicts nothing)."""
     ids, lens = batch
     logits = model(ids, lens)  # (B, L, V)
-    targets = ids[:, 1:].masked_fill(torch.arange(1, ids.shape[1]) >= lens[:, None], -100)  # (B, L-1)
+    targets = ids[:, 1:].masked_fill(torch.arange(1, ids.shape[1], device=ids.device) >= lens[:, None], -100)  # (B, L-1)
     return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100)
 
 
@@ -464,13 +471,16 @@ def _held_out_metrics(model: StoryLM, stories: Sequence[Story]) -> dict[str, flo
     return {("held_out_loss" if name == "loss" else name): value for name, value in evaluate(model, stories).items()}
 
 
-def train(config: Config = Config(), *, progress: bool | TextIO = True, model: nn.Module | None = None) -> TrainResult:
+def train(config: Config = Config(), *, progress: bool | TextIO = True,
+          device: torch.device | str = "cpu", model: nn.Module | None = None) -> TrainResult:
     """Train a fresh model from ``config.seed`` on one CPU thread; the same config gives the same weights.
 
     Args:
-        model: a fresh model to train on the same batches instead of ``StoryLM(config)``: any
-            module with StoryLM's interface (the capstone's, chapter 12b). Only a StoryLM is
-            evaluated on the held-out stories during training.
+        config: sizes and hyper-parameters.
+        progress: a one-line progress bar to stderr (True), to a text stream, or none (False).
+        device: where to train ('cpu', 'cuda', ...): the same initial weights and batches on
+            every device (drawn on the CPU); the CPU by default.
+        model: train this instead of a fresh StoryLM: any module with its interface (chapter 12b's).
 
     Returns:
         A :class:`~mha_lib.training.TrainResult` (model in eval mode); ``history`` holds
@@ -482,19 +492,16 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True, model: n
     tokenizer = Tokenizer()
     if config.vocab_size != tokenizer.vocab_size:
         raise ValueError(f"config.vocab_size must be the tokenizer's {tokenizer.vocab_size}, got {config.vocab_size}")
-    if model is None:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)  # the initialisation, without touching the caller's state
-            model = StoryLM(config)
-    elif not isinstance(model, nn.Module):
-        raise ValueError(f"model must be None or an nn.Module with StoryLM's interface, got {type(model).__name__}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)  # the initialisation, without touching the caller's state
+        model = StoryLM(config) if model is None else model
+    model.to(check_device(device))  # initialised on the CPU: the same weights on every device
     held_out = held_out_stories(config.eval_stories)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     history = train_loop(
         model, _batch_loss, _batches(config, tokenizer), optimizer, steps=config.steps,
         schedule=lambda step: warmup_cosine(step, warmup=config.warmup, steps=config.steps),
-        evaluate=(lambda m: _held_out_metrics(m, held_out)) if isinstance(model, StoryLM) else None,
-        eval_every=config.eval_every if isinstance(model, StoryLM) else None,
+        evaluate=lambda m: _held_out_metrics(m, held_out) if isinstance(m, StoryLM) else {}, eval_every=config.eval_every,
         num_threads=config.num_threads, progress=progress,
     )
     history["vocab"] = list(tokenizer.vocab)

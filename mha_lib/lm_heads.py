@@ -33,6 +33,7 @@ from mha_lib._modes import eval_mode
 from mha_lib.importance import head_gates
 from mha_lib.lm import StoryLM, check_model, encode_stories, next_token_losses
 from mha_lib.stories import RELATIONS, Story, Tokenizer, check_stories, link_mask
+from mha_lib.training import model_device, to_device
 
 __all__ = [
     "ablate",
@@ -80,20 +81,20 @@ def link_weights(weights: Tensor, stories: Sequence[Story], relation: str) -> Te
         raise ValueError(f"weights must hold one story per row, (B, N, H, L, L) with B = {len(stories)} and "
                          f"L >= {longest} (the longest story), got shape {tuple(weights.shape)}")
     N, H = weights.shape[1:3]
-    out = torch.full((N, H, len(OFFSETS)), float("nan"))
+    out = torch.full((N, H, len(OFFSETS)), float("nan"), device=weights.device)
     for offset in OFFSETS:
         rows = [(b, i - 1, j + offset) for b, s in enumerate(stories) for i, j in s.links.get(relation, ())
                 if j + offset <= i - 1]
         if rows:
-            b, q, k = (torch.tensor(x) for x in zip(*rows))
+            b, q, k = (torch.tensor(x, device=weights.device) for x in zip(*rows))
             out[..., offset] = weights[b, :, :, q, k].mean(dim=0)  # (links, N, H) -> (N, H)
     return out
 
 
 @torch.no_grad()
 def _weights(model: StoryLM, stories: Sequence[Story]) -> Tensor:
-    ids, lens = encode_stories(Tokenizer(), stories)
-    with eval_mode(check_model(model)):
+    ids, lens = to_device(encode_stories(Tokenizer(), stories), model_device(check_model(model)))
+    with eval_mode(model):
         _, weights = model(ids, lens, need_weights=True)  # (B, N, H, L, L)
     return weights
 
@@ -122,10 +123,10 @@ def _link_losses(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | N
     stories = check_stories(stories, predict=True)
     ids, lens = encode_stories(Tokenizer(), stories)
     losses = next_token_losses(model, ids, lens, head_mask)  # (B, L), NaN where nothing is predicted
-    linked = torch.zeros_like(ids, dtype=torch.bool)
+    linked = torch.zeros_like(losses, dtype=torch.bool)  # (on the model's device, as the losses)
     result = {}
     for relation in RELATIONS:
-        mask = link_mask(stories, relation, tuple(ids.shape))
+        mask = link_mask(stories, relation, tuple(ids.shape)).to(losses.device)
         linked |= mask
         result[relation] = float(losses[mask].mean()) if mask.any() else float("nan")
     result["rest"] = float(losses[~linked].nanmean())

@@ -113,6 +113,7 @@ def visible(
     *,
     q_offset: int = 0,
     shortcut: bool = True,
+    device: torch.device | None = None,
 ) -> Visible:
     """THE builder: every attention path turns its mask into tensors here.
 
@@ -126,6 +127,8 @@ def visible(
         q_offset: the position of the first query, when ``q_positions`` is Lq.
         shortcut: with Lq and Lk given as numbers, no mask when it hides nothing that is known
             without a host read (valid lengths that are all Lk).
+        device: where the mask is built, with Lq and Lk given as numbers: the queries' device
+            (a mask without data has no device of its own; one with data is read there).
 
     Returns:
         a :class:`Visible` (the values are not read: no host synchronisation for masks
@@ -140,7 +143,7 @@ def visible(
     if isinstance(q_positions, int) and isinstance(k_positions, int):
         if shortcut and mask.sees_everything(k_positions):  # e.g. valid lengths that are all Lk
             return Visible(None, None)
-        raw = mask.dense(batch_size, q_positions, k_positions, q_offset, expand=False)
+        raw = mask.dense(batch_size, q_positions, k_positions, q_offset, device=device, expand=False)
     else:
         raw = mask.keep(q_positions, k_positions, batch_size=batch_size)
     empty = ~raw.any(-1, keepdim=True)  # (B or 1, Lq or 1, 1)
@@ -197,7 +200,8 @@ def mask_from_valid_lens(
     _check_mask_args(valid_lens, num_keys, bias_dtype)
     lens = valid_lens if isinstance(valid_lens, CheckedLens) else CheckedLens(valid_lens)
     Lq = lens.lens.shape[1] if lens.lens.dim() == 2 else 1
-    seen = visible(padding(lens), lens.lens.shape[0], Lq, num_keys, shortcut=False)
+    seen = visible(padding(lens), lens.lens.shape[0], Lq, num_keys, shortcut=False,
+                   device=lens.lens.device)
     seen = seen.heads() if heads else seen
     keep, empty = (seen.keep, seen.empty) if fill_empty else (seen.raw, None)
     return (keep if bias_dtype is None else keep_to_bias(keep, bias_dtype)), empty

@@ -24,7 +24,7 @@ attend with the mask, merge the heads, ``W_o``. Everything around it has a name 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +47,7 @@ from mha_lib.attention import (
     all_finite,
     check_qkv,
     fit_queries,
+    guards_change_nothing,
 )
 from mha_lib.cached import AttentionCache, cached_keys_values, check_cached_attention
 from mha_lib.heads import merge_heads, split_heads
@@ -197,8 +198,8 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:  # decoding (chapter 9): the cached positions are keys too
             k, v, seen = cached_keys_values(cache, k, v, mask, positions)
         else:  # the mask at the positions of the queries and keys, 0, 1, ...
-            seen = visible(mask, *queries.shape[:2], keys.shape[1])
-        nonfinite = None if finite else NonFiniteRule.of(queries, keys, values, seen.raw)
+            seen = visible(mask, *queries.shape[:2], keys.shape[1], device=queries.device)
+        nonfinite = None if finite else lambda: NonFiniteRule.of(queries, keys, values, seen.raw)
         out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
                                     gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
         output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
@@ -259,7 +260,7 @@ def attend_heads(
     *,
     need_weights: bool = False,
     gates: Tensor | None = None,
-    nonfinite: NonFiniteRule | None = None,
+    nonfinite: NonFiniteRule | Callable[[], NonFiniteRule | None] | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """The attention of every head at once: the one computation all attention layers share.
 
@@ -287,23 +288,41 @@ def attend_heads(
 
     Args:
         attention: gives the dropout rate (in training mode), and computes the weights path.
-        nonfinite: ``MultiHeadAttention``'s rule for NaN and infinite inputs, or None.
+        nonfinite: ``MultiHeadAttention``'s rule for NaN and infinite inputs (or a function
+            that works it out, called only when needed: see :func:`_guards_after`), or None.
 
     Raises:
         ValueError: tensors of other shapes, dtypes or devices, ``attention`` not a
             ``DotProductAttention``, bad valid lengths or gates.
     """
     seen = _check_heads(q, k, v, mask, attention, need_weights, gates)
-    if nonfinite is not None:
-        k, v = nonfinite.usable(k), nonfinite.usable(v)
-    q = fit_queries(q, k)  # query rows whose scores could overflow: scaled down (see there)
-    if need_weights:
-        out, weights = _attend_folded(q, k, v, seen, attention, nonfinite)
-    else:
-        out, weights = _attend_fused(q, k, v, seen, attention, nonfinite), None
+    if _read_first(q) and guards_change_nothing(q, k, v).item():  # (see _read_first)
+        nonfinite = None
+    else:  # the guards: NaN and inf reach only the rows that may attend to them; no overflow
+        nonfinite = nonfinite() if callable(nonfinite) else nonfinite
+        if nonfinite is not None:
+            k, v = nonfinite.usable(k), nonfinite.usable(v)
+        q = fit_queries(q, k)  # query rows whose scores could overflow: scaled down (see there)
+    attend = _attend_folded if need_weights else _attend_fused
+    out, weights = attend(q, k, v, seen, attention, nonfinite)
     if gates is not None:
         out = out * gates[:, :, None, None]  # (B, H) -> (B, H, 1, 1)
     return out, weights
+
+
+def _read_first(q: Tensor) -> bool:
+    """Where the layer first asks whether its guards would change anything: on the CPU.
+
+    The guards (:func:`~mha_lib.attention.fit_queries` against scores that overflow, the rule
+    for NaN and infinite inputs) cost passes over the queries, keys and values: a third of a
+    fast-path forward on a CPU. For finite inputs of ordinary size they change nothing
+    (factors of exactly 1, zeros added): :func:`~mha_lib.attention.guards_change_nothing`
+    tells in three reductions, and on the CPU its answer is read at no cost (nothing to wait
+    for), so the guards run only when needed, with the same numbers either way. On a GPU
+    reading it would wait for the device (a host synchronisation), and a graph being recorded
+    cannot branch on a value: there the guards always run, on the device.
+    """
+    return q.device.type == "cpu" and not tracing()
 
 
 def check_head_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -342,13 +361,13 @@ def _check_heads(q, k, v, mask, attention, need_weights, gates) -> Visible:
     if not isinstance(mask, Mask):  # valid lengths: checked here (one host read), or None
         mask, _ = read_valid_lens(mask, B, Lq, Lk, device=q.device)
         mask = as_mask(mask, None)
-    return visible(mask, B, Lq, Lk)
+    return visible(mask, B, Lq, Lk, device=q.device)
 
 
-def _attend_fused(q, k, v, seen, attention, nonfinite) -> Tensor:
-    """The fast path: ``F.scaled_dot_product_attention``, (B, H, Lq, d) -> (B, H, Lq, d)."""
+def _attend_fused(q, k, v, seen, attention, nonfinite) -> tuple[Tensor, None]:
+    """The fast path: ``F.scaled_dot_product_attention``, (B, H, Lq, d) -> (B, H, Lq, d), no weights."""
     if _size(k, 2) == 0:  # no keys: nothing to attend to (the kernel would spread a NaN query)
-        return q.new_zeros(*q.shape[:3], v.shape[-1])
+        return q.new_zeros(*q.shape[:3], v.shape[-1]), None
     keep, empty = seen.heads()  # (B or 1, 1, Lq or 1, Lk): broadcasts over the heads
     dropout_p = attention.dropout.p if attention.training else 0.0
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
@@ -357,7 +376,7 @@ def _attend_fused(q, k, v, seen, attention, nonfinite) -> Tensor:
     mine = not (out.requires_grad or tracing())
     if empty is not None:  # a query that sees nothing attended anywhere: zero it
         out = out.masked_fill_(empty, 0.0) if mine else out.masked_fill(empty, 0.0)
-    return out if nonfinite is None else nonfinite.spoil(out, inplace=mine)
+    return (out if nonfinite is None else nonfinite.spoil(out, inplace=mine)), None
 
 
 @quiet_when_traced
@@ -479,9 +498,9 @@ def read_lens_and_finite(
         queries: (B, Lq, .); keys, values: (B, Lk, .), the layer's inputs.
     """
     B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
-    if valid_lens is None:
-        read_lens_and_gates(None, B, Lq, Lk, gates)  # (the gates only)
-        return None, None
+    if valid_lens is None or _read_first(queries):  # (the CPU asks later, in attend_heads)
+        valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, Lk, gates, device=queries.device)
+        return valid_lens, None
     valid_lens, (finite,) = read_lens_and_gates(valid_lens, B, Lq, Lk, gates,
                                                 all_finite(queries, keys, values),
                                                 device=queries.device)

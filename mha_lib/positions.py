@@ -46,7 +46,7 @@ __all__ = ["frequencies", "rope_permutation", "rotary", "sinusoidal"]
 _PAIRS = ("interleaved", "halves")
 
 
-def frequencies(width: int, base: float = 10000.0) -> Tensor:
+def frequencies(width: int, base: float = 10000.0, *, device: torch.device | None = None) -> Tensor:
     """The width/2 angular frequencies ``base ** (-2i / width)``, i = 0, 1, ..., shape (width/2,).
 
     Raises:
@@ -55,7 +55,7 @@ def frequencies(width: int, base: float = 10000.0) -> Tensor:
     if isinstance(width, bool) or not isinstance(width, numbers.Integral) or not 2 <= width < 2**63 or width % 2:
         raise ValueError(f"width must be an even integer >= 2 (one frequency per pair), got {width!r}")
     _check_base(base)
-    return float(base) ** (-torch.arange(0, width, 2, dtype=torch.float64) / width)
+    return float(base) ** (-torch.arange(0, width, 2, dtype=torch.float64, device=device) / width)
 
 
 def sinusoidal(L: int, D: int, base: float = 10000.0) -> Tensor:
@@ -114,7 +114,7 @@ def rotary(x: Tensor, positions: Tensor, base: float = 10000.0, *,
     if positions.dim() == 2:
         positions = positions[:, None]  # (B, L) -> (B, 1, L): the same for every head
     d = x.shape[-1]
-    angles = positions[..., None].double() * frequencies(d, base).to(x.device)  # (..., L, d/2)
+    angles = positions[..., None].double() * frequencies(d, base, device=x.device)  # (..., L, d/2)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     if pairs == "halves":
         first, second = x[..., : d // 2], x[..., d // 2 :]  # (B, H, L, d) -> 2 x (B, H, L, d/2)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import check_bool, check_positive_int, check_size
+from mha_lib._checks import check_bool, check_device, check_positive_int, check_size
 from mha_lib._modes import eval_mode
 
 __all__ = [
@@ -41,9 +41,11 @@ __all__ = [
     "check_config_fields",
     "load_checkpoint",
     "load_model",
+    "model_device",
     "run_main",
     "save_checkpoint",
     "save_result",
+    "to_device",
     "train_loop",
     "warmup_cosine",
 ]
@@ -147,6 +149,28 @@ def _check_callable(value: object, name: str, optional: bool = False) -> None:
     raise ValueError(f"{name} must be a function{' or None' if optional else ''}, got {value!r}")
 
 
+def to_device(batch: Any, device: torch.device | str) -> Any:
+    """A batch (tensors in tuples, named tuples, lists, dicts, dataclasses) moved to ``device``.
+
+    The experiments draw batches on the CPU from seeded generators: a GPU run reads the same data.
+    """
+    if isinstance(batch, Tensor):
+        return batch.to(device, non_blocking=True)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return dataclasses.replace(batch, **{f.name: to_device(getattr(batch, f.name), device)
+                                             for f in dataclasses.fields(batch) if f.init})
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple
+        return type(batch)(*(to_device(x, device) for x in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(to_device(x, device) for x in batch)
+    return {k: to_device(x, device) for k, x in batch.items()} if isinstance(batch, dict) else batch
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Where a model's parameters are (the CPU for a model without any)."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
+
+
 def train_loop(
     model: nn.Module,
     loss: Callable[[nn.Module, Any], Tensor],
@@ -184,6 +208,11 @@ def train_loop(
         num_threads: torch's intra-op threads during the loop (restored after); None leaves
             them. Tiny models run fastest on one thread, especially on a shared CPU.
         progress: a one-line progress bar to stderr (True), to a text stream, or none (False).
+
+    Each batch is moved to the device of the model's parameters (:func:`to_device`). The loss
+    is read back from that device only when the progress bar or an evaluation shows it, and at
+    the end (on a GPU, reading a value waits for the device): a loss that is not finite stops
+    the run then, naming its step.
 
     Returns:
         The history, plain data for a checkpoint's ``extra``: ``train_loss`` (a tensor, the
@@ -262,19 +291,29 @@ def _run(model, loss, batches, optimizer, steps, schedule, evaluate, eval_every,
     if evaluate is not None:
         run_evaluation(0)
     bar_every = max(1, steps // 100)  # at most about 100 redraws
+    device, unread = model_device(model), []  # unread: losses not read back from the device yet
+
+    def read_losses() -> None:  # the pending losses, in one host read; stop at a non-finite one
+        first = len(losses) + 1
+        losses.extend(torch.stack(unread).tolist() if unread else [])
+        unread.clear()
+        for step, value in enumerate(losses[first - 1:], start=first):
+            if not math.isfinite(value):
+                raise ValueError(f"loss must stay finite, got {value} at step {step}: lower the learning rate?")
+
     model.train()
     for step in range(1, steps + 1):
         try:
-            batch = next(batches)
+            batch = to_device(next(batches), device)
         except StopIteration:
             raise ValueError(f"batches must yield at least steps = {steps} batches, it ran out after {step - 1}") from None
         value = loss(model, batch)
         if not isinstance(value, Tensor) or value.numel() != 1 or not value.requires_grad:
             got = f"shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
             raise ValueError(f"loss must return a scalar tensor that requires grad, got {got}")
-        losses.append(value.item())
-        if not math.isfinite(losses[-1]):
-            raise ValueError(f"loss must stay finite, got {losses[-1]} at step {step}: lower the learning rate?")
+        unread.append(value.detach().reshape(()).double())
+        if device.type == "cpu":  # nothing to wait for: read it now (and stop at once)
+            read_losses()
         optimizer.zero_grad()
         value.backward()
         if max_grad_norm is not None:
@@ -286,7 +325,9 @@ def _run(model, loss, batches, optimizer, steps, schedule, evaluate, eval_every,
         if evaluated:
             run_evaluation(step)  # in eval mode, then back to the modes it had
         if out is not None and (evaluated or step % bar_every == 0 or step == steps):
+            read_losses()
             _draw_bar(out, step, steps, losses[-1], latest)
+    read_losses()
     model.eval()
     history: dict[str, Any] = {"train_loss": torch.tensor(losses)}
     if eval_steps:

@@ -55,8 +55,6 @@ CAPSTONE_CALL = re.compile(r"\bgrade\(\s*([A-Za-z_]\w*)\s*,\s*([A-Za-z_]\w*)\s*,
 a test worth the rubric's points, followed in the course source by the same grade on hidden stories."""
 CAPSTONE_HIDDEN_SEED = 424_243
 """The default seed (odd) of the capstone's hidden stories; ``build --capstone-seed`` sets another."""
-ASSIGNMENT_NAMES = {"12b_capstone": "capstone"}
-"""Chapters released as an assignment with another name than their file's."""
 
 _FENCE = r"(?:`{3,}|:{3,})"
 _DIRECTIVE = re.compile(rf"^\s*(?P<fence>{_FENCE})\{{(?P<kind>[\w-]+)\}}[ \t]*(?P<arg>[^\n]*)$")
@@ -509,14 +507,19 @@ def nbgrader(course: Path, *args: str, check: bool = True) -> subprocess.Complet
     return result
 
 
+#: Chapters released under another assignment name than their file's (default: the file's stem).
+_ASSIGNMENT_NAMES = {"09b_bug_zoo": "bug_zoo", "12b_capstone": "capstone"}
+
+
 def write_course_source(chapters: Path, course: Path, names: list[str] | None = None,
                         assignment: str | None = None,
                         capstone_seed: int = CAPSTONE_HIDDEN_SEED) -> list[str]:
     """Write the course config and the instructor version of every chapter with exercises.
 
-    Each chapter becomes the assignment ``<course>/source/<chapter>/<chapter>.ipynb`` (the
-    capstone's ``<course>/source/capstone/``, :data:`ASSIGNMENT_NAMES`); with ``assignment``,
-    the chosen chapters are the notebooks of that one assignment instead.
+    Each chapter becomes the assignment ``<course>/source/<chapter>/<chapter>.ipynb`` (the bug
+    zoo, ``09b_bug_zoo``, the assignment ``bug_zoo``; the capstone, ``12b_capstone``, the
+    assignment ``capstone``); with ``assignment``, the chosen chapters are the notebooks of
+    that one assignment instead.
 
     Returns:
         The names of the assignments written.
@@ -534,7 +537,7 @@ def write_course_source(chapters: Path, course: Path, names: list[str] | None = 
         nb = nbformat.read(path, as_version=4)
         if not has_exercises(nb):
             continue
-        name = assignment or ASSIGNMENT_NAMES.get(path.stem, path.stem)
+        name = assignment or _ASSIGNMENT_NAMES.get(path.stem, path.stem)
         folder = course / "source" / name
         folder.mkdir(parents=True, exist_ok=True)
         nbformat.write(source_notebook(nb, capstone_seed), folder / path.name)

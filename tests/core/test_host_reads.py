@@ -1,6 +1,12 @@
 """Reading a value from the device (``.item()``, ``bool(t)``, ``.tolist()``, ...) waits for it:
 an attention layer's forward reads nothing without valid lengths and head gates, and reads
-once with them (their values and, for the NaN/inf rule, whether the inputs are finite)."""
+once with them (their values and, for the NaN/inf rule, whether the inputs are finite).
+
+On the CPU, where a read waits for nothing, every attention call reads one value more by design
+(whether its guards would change anything: ``mha_lib.multihead._read_first``). These tests count
+the reads of the other devices: the ``gpu_policy`` fixture makes the layers act as there (the
+device guard, ``test_device_guard.py``, counts them on another device), and
+``test_on_the_cpu_the_guards_cost_one_read`` counts the CPU's."""
 
 import contextlib
 from unittest import mock
@@ -8,7 +14,7 @@ from unittest import mock
 import pytest
 import torch
 
-from mha_lib import MultiHeadAttention
+from mha_lib import MultiHeadAttention, multihead
 from mha_lib.decoding import KVCache
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.masking import CheckedLens, masked_softmax
@@ -31,6 +37,13 @@ def counted_reads():
         for name in READS:
             stack.enter_context(mock.patch.object(torch.Tensor, name, counting(name, getattr(torch.Tensor, name))))
         yield calls
+
+
+@pytest.fixture(autouse=True)
+def gpu_policy(request, monkeypatch):
+    """The layers' read policy of a GPU (their guards always run, on the device)."""
+    if "cpu_policy" not in request.keywords:
+        monkeypatch.setattr(multihead, "_read_first", lambda q: False)
 
 
 def _inputs(B=2, Lq=3, Lk=5, D=8, seed=0):
@@ -108,3 +121,15 @@ def test_checked_lens_are_not_read_again():
         W = masked_softmax(X, checked)
     assert calls == []
     torch.testing.assert_close(W, masked_softmax(X, torch.tensor([1, 4])))
+
+
+@pytest.mark.cpu_policy
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_on_the_cpu_the_guards_cost_one_read(need_weights):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 8, 8, 8, 2, 0.0).eval()
+    q, k, v = _inputs()
+    for lens, reads in ((None, 1), (torch.tensor([5, 2]), 2)):
+        with counted_reads() as calls:
+            mha(q, k, v, lens, need_weights=need_weights)
+        assert len(calls) == reads, calls
