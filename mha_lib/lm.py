@@ -473,7 +473,7 @@ def _held_out_metrics(model: StoryLM, stories: Sequence[Story]) -> dict[str, flo
 
 
 def train(config: Config = Config(), *, progress: bool | TextIO = True,
-          device: torch.device | str = "cpu") -> TrainResult:
+          device: torch.device | str = "cpu", model: nn.Module | None = None) -> TrainResult:
     """Train a fresh model from ``config.seed`` on one CPU thread; the same config gives the same weights.
 
     Args:
@@ -481,6 +481,7 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True,
         progress: a one-line progress bar to stderr (True), to a text stream, or none (False).
         device: where to train ('cpu', 'cuda', ...): the same initial weights and batches on
             every device (drawn on the CPU); the CPU by default.
+        model: train this instead of a fresh StoryLM: any module with its interface (chapter 12b's).
 
     Returns:
         A :class:`~mha_lib.training.TrainResult` (model in eval mode); ``history`` holds
@@ -494,14 +495,14 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True,
         raise ValueError(f"config.vocab_size must be the tokenizer's {tokenizer.vocab_size}, got {config.vocab_size}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)  # the initialisation, without touching the caller's state
-        model = StoryLM(config)
+        model = StoryLM(config) if model is None else model
     model.to(check_device(device))  # initialised on the CPU: the same weights on every device
     held_out = held_out_stories(config.eval_stories)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     history = train_loop(
         model, _batch_loss, _batches(config, tokenizer), optimizer, steps=config.steps,
         schedule=lambda step: warmup_cosine(step, warmup=config.warmup, steps=config.steps),
-        evaluate=lambda m: _held_out_metrics(m, held_out), eval_every=config.eval_every,
+        evaluate=lambda m: _held_out_metrics(m, held_out) if isinstance(m, StoryLM) else {}, eval_every=config.eval_every,
         num_threads=config.num_threads, progress=progress,
     )
     history["vocab"] = list(tokenizer.vocab)
