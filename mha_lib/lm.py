@@ -409,7 +409,7 @@ def next_token_losses(model: StoryLM, ids: Tensor, valid_lens: Tensor, head_mask
         at padding, where nothing is predicted.
     """
     device = model_device(check_model(model))  # (the data goes where the model is)
-    ids, valid_lens = (x.to(device) if isinstance(x, Tensor) else x for x in (ids, valid_lens))
+    ids, valid_lens = (check_not_meta(x, n).to(device) if isinstance(x, Tensor) else x for x, n in ((ids, "ids"), (valid_lens, "valid_lens")))
     with eval_mode(model):
         logits = model(ids, valid_lens, head_mask=head_mask)  # (B, L, V)
     valid_lens = ids.shape[1] if valid_lens is None else torch.as_tensor(valid_lens, device=device)[:, None]
@@ -495,8 +495,7 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True,
         raise ValueError(f"config.vocab_size must be the tokenizer's {tokenizer.vocab_size}, got {config.vocab_size}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)  # the initialisation, without touching the caller's state
-        model = StoryLM(config) if model is None else model
-    model.to(check_device(device))  # initialised on the CPU: the same weights on every device
+        model = (StoryLM(config) if model is None else model).to(check_device(device))  # (same weights anywhere)
     held_out = held_out_stories(config.eval_stories)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     history = train_loop(
