@@ -182,7 +182,7 @@ def _token_losses(logits: Tensor, ids: Tensor, lens: Tensor) -> Tensor:
     losses = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
     # (B, V, L-1) vs (B, L-1) -> (B, L-1): entry i-1 is the loss of token i
     out = torch.cat([losses.new_full((ids.shape[0], 1), float("nan")), losses], dim=1)  # (B, L)
-    return out.masked_fill(torch.arange(ids.shape[1]) >= lens[:, None], float("nan"))
+    return out.masked_fill(torch.arange(ids.shape[1], device=ids.device) >= lens[:, None], float("nan"))
 
 
 def _stories(seed: object, num_stories: object) -> list[Story]:
@@ -397,7 +397,7 @@ def _reported_weights(model: nn.Module, ids: Tensor, lens: Tensor, logits: Tenso
     if not torch.allclose(out[0].float(), logits, atol=_TOLERANCE):
         raise _Broken("need_weights=True changes the logits: the weights it reports come from another computation")
     weights = out[1].float()
-    real = torch.arange(L) < lens[:, None]  # (B, L): real queries
+    real = torch.arange(L, device=lens.device) < lens[:, None]  # (B, L): real queries
     sums = weights.sum(-1).permute(0, 3, 1, 2)[real]  # (B, N, H, L) -> (B, L, N, H) -> (real, N, H)
     future = weights.triu(diagonal=1).abs().amax()
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-3) or float(future) > 1e-6:
