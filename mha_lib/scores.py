@@ -112,9 +112,10 @@ class _Alibi(ScoreMod):
 
     def __init__(self, slopes: Tensor) -> None:
         self.slopes, self.num_heads = slopes, slopes.shape[0]
+        self._numbers = slopes.tolist()  # (made on the positions' device: no copy of a tensor)
 
     def bias(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        slopes = self.slopes.to(q_idx.device)[None, :, None, None]  # (H,) -> (1, H, 1, 1)
+        slopes = torch.tensor(self._numbers, device=q_idx.device)[None, :, None, None]  # (1, H, 1, 1)
         return -slopes * (q_idx - kv_idx)  # (B or 1, H, Lq, Lk)
 
     def for_heads(self, heads: Sequence[int]) -> ScoreMod:
