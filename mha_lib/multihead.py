@@ -62,10 +62,7 @@ __all__ = [
     "attend_heads",
     "cached_keys_values",
     "check_cached_attention",
-    "check_head_mask",
     "check_head_shapes",
-    "read_lens_and_gates",
-    "read_lens_and_finite",
 ]
 
 
@@ -87,6 +84,14 @@ class AttentionLayer(nn.Module):
         self.score_mod = score_mod
         self.sink_logits = nn.Parameter(torch.zeros(self.num_heads)) if check_bool(
             sink_logits, "sink_logits") else None
+
+    def check_plain_scores(self, target: str) -> None:
+        """Raise a ``ValueError`` naming ``score_mod`` or ``sink_logits`` when the layer has
+        one: a converter to ``target``, a layer that has neither, refuses it by name."""
+        for name, value in (("score_mod", self.score_mod), ("sink_logits", self.sink_logits)):
+            if value is not None:
+                raise ValueError(f"{target} has no {name}: convert a layer with {name}=None/False, "
+                                 f"got {name}={value!r}")
 
     def forward(
         self,
@@ -155,10 +160,10 @@ class AttentionLayer(nn.Module):
         self.check_inputs(queries, keys, values)
         check_bool(need_weights, "need_weights")
         B, Lq, _ = queries.shape
-        gates = check_head_mask(head_mask, self.num_heads, B, queries)
+        gates = _check_head_mask(head_mask, self.num_heads, B, queries)
         if cache is not None:  # (no rule for non-finite inputs with a cache)
             num_keys = check_cached_attention(cache, queries, keys, positions)
-            valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
+            valid_lens, _ = _read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
                                                 device=queries.device)
             return as_mask(valid_lens, mask), gates, True, positions
         if positions is not None:
@@ -171,7 +176,7 @@ class AttentionLayer(nn.Module):
                     "positions place the queries and, in self-attention, the keys: with "
                     f"{Lq} queries but {keys.shape[1]} keys, leave positions=None"
                 )
-        valid_lens, finite = read_lens_and_finite(queries, keys, values, valid_lens, gates)
+        valid_lens, finite = _read_lens_and_finite(queries, keys, values, valid_lens, gates)
         return as_mask(valid_lens, mask), gates, finite, positions
 
 
@@ -479,12 +484,12 @@ def _fold_mask(t: Tensor, B: int, Hkv: int, g: int) -> Tensor:
     return t[:, None, None].expand(B, Hkv, g, Lq, n).reshape(B * Hkv, g * Lq, n)
 
 
-def check_head_mask(
+def _check_head_mask(
     head_mask: object, num_heads: int, batch_size: int, like: Tensor
 ) -> Tensor | None:
     """Return the head gates as a (B, H) tensor of ``like``'s dtype and device, or None.
 
-    Only type and shape are checked here; :func:`read_lens_and_gates` checks that the gates are
+    Only type and shape are checked here; :func:`_read_lens_and_gates` checks that the gates are
     finite (reading them with the valid lengths, in one host read).
 
     Args:
@@ -513,7 +518,7 @@ def check_head_mask(
     return head_mask.expand(batch_size, H)  # (H,) or (B, H) -> (B, H)
 
 
-def read_lens_and_gates(
+def _read_lens_and_gates(
     valid_lens: object,
     batch_size: int,
     num_queries: int,
@@ -524,7 +529,7 @@ def read_lens_and_gates(
 ) -> tuple[CheckedLens | None, list[float | None]]:
     """Check the valid lengths' values and that the head gates are finite, in ONE host read.
 
-    :func:`mha_lib.masking.read_valid_lens` with the gates of :func:`check_head_mask`: an
+    :func:`mha_lib.masking.read_valid_lens` with the gates of :func:`_check_head_mask`: an
     attention layer's forward reads values from the device at most once (not at all without
     valid lengths and head gates).
 
@@ -542,10 +547,10 @@ def read_lens_and_gates(
     return valid_lens, values[len(flags):]
 
 
-def read_lens_and_finite(
+def _read_lens_and_finite(
     queries: Tensor, keys: Tensor, values: Tensor, valid_lens: object, gates: Tensor | None
 ) -> tuple[CheckedLens | None, bool | None]:
-    """:func:`read_lens_and_gates` for an attention layer without a cache, and whether its
+    """:func:`_read_lens_and_gates` for an attention layer without a cache, and whether its
     inputs are finite (read together with the valid lengths: one host read; without valid
     lengths nothing is read and this is None: the rule for NaN and infinite inputs,
     :class:`NonFiniteRule`, is then worked out on the device).
@@ -555,9 +560,9 @@ def read_lens_and_finite(
     """
     B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
     if valid_lens is None or _read_first(queries):  # (the CPU asks later, in attend_heads)
-        valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, Lk, gates, device=queries.device)
+        valid_lens, _ = _read_lens_and_gates(valid_lens, B, Lq, Lk, gates, device=queries.device)
         return valid_lens, None
-    valid_lens, (finite,) = read_lens_and_gates(valid_lens, B, Lq, Lk, gates,
+    valid_lens, (finite,) = _read_lens_and_gates(valid_lens, B, Lq, Lk, gates,
                                                 all_finite(queries, keys, values),
                                                 device=queries.device)
     return valid_lens, None if finite is None else bool(finite)
