@@ -251,17 +251,10 @@ def tiled_attention(
     return (out, tiles) if return_tiles else out
 
 
-def tiled_attention_steps(
-    queries: Tensor,
-    keys: Tensor,
-    values: Tensor,
-    valid_lens: Tensor | Sequence[float] | None = None,
-    *,
-    block_size: int = 64,
-    mask: Mask | None = None,
-    score_mod: ScoreMod | None = None,
-) -> list[OnlineSoftmaxState]:
+def tiled_attention_steps(queries: Tensor, keys: Tensor, values: Tensor,
+                          *args, **kwargs) -> list[OnlineSoftmaxState]:
     """Every intermediate state of the online softmax over the keys, one per block of keys
-    (for figures); the last state's ``output`` is what :func:`tiled_attention` returns."""
-    return list(online_softmax_blocks(queries, keys, values, valid_lens, block_size=block_size,
-                                      mask=mask, score_mod=score_mod))
+    (for figures); the last state's ``output`` is what :func:`tiled_attention` returns.
+    Arguments as :func:`online_softmax_blocks` (valid lengths, ``block_size``, ``mask``,
+    ``score_mod``)."""
+    return list(online_softmax_blocks(queries, keys, values, *args, **kwargs))

@@ -35,7 +35,7 @@ from mha_lib._checks import (
     check_probability,
 )
 from mha_lib._settings import build
-from mha_lib.attention import FiniteDotProductAttention, check_qkv, score_operands
+from mha_lib.attention import FiniteDotProductAttention, score_operands
 from mha_lib.cached import query_positions
 from mha_lib.masking import check_positions, softmax_over_kept
 from mha_lib.multihead import MultiHeadAttention, AttentionLayer, check_head_shapes
@@ -138,6 +138,8 @@ class GroupedQueryAttention(AttentionLayer):
     ``module.settings`` holds these arguments (a :class:`GroupedQueryAttention.Settings`).
     """
 
+    _input_sizes = ("d_model",) * 3  # (queries, keys and values: D features)
+
     @dataclass(frozen=True)
     class Settings:
         """The constructor's arguments, by name (see the class)."""
@@ -193,20 +195,6 @@ class GroupedQueryAttention(AttentionLayer):
         positions = positions.expand(B, Lq)  # (1 or B, Lq) -> (B, Lq)
         key_positions = positions if Lk == Lq else torch.arange(Lk, device=k.device)
         return rotary(q, positions), rotary(k, key_positions)
-
-    def check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
-        """Raise a ``ValueError`` unless the inputs are 3-D, of feature size D, with the
-        module's dtype and device (as :meth:`MultiHeadAttention.check_inputs`)."""
-        check_qkv(queries, keys, values)
-        D, weight = self.W_q.in_features, self.W_q.weight
-        for name, x in (("queries", queries), ("keys", keys), ("values", values)):
-            if x.shape[-1] != D:
-                raise ValueError(f"{name} must have feature size d_model = {D}, got {x.shape[-1]}")
-            if x.dtype != weight.dtype or x.device != weight.device:
-                raise ValueError(
-                    f"{name} are {x.dtype} on {x.device} but the module's weights are "
-                    f"{weight.dtype} on {weight.device}: convert one with .to(...)"
-                )
 
 
 def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAttention:

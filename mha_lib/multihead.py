@@ -85,6 +85,32 @@ class AttentionLayer(nn.Module):
         self.sink_logits = nn.Parameter(torch.zeros(self.num_heads)) if check_bool(
             sink_logits, "sink_logits") else None
 
+    #: The names of the inputs' feature sizes, in the error messages of :meth:`check_inputs`.
+    _input_sizes = ("query_size", "key_size", "value_size")
+
+    def check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
+        """Raise a ``ValueError`` unless the inputs fit this module.
+
+        They must be 3-D floating-point tensors with one batch size, as many keys as values,
+        the configured feature sizes, and the dtype and device of the module's weights.
+        """
+        check_qkv(queries, keys, values)
+        weight = self.W_q.weight
+        expected = zip(("queries", "keys", "values"), (queries, keys, values),
+                       (self.W_q.in_features, self.W_k.in_features, self.W_v.in_features),
+                       self._input_sizes)
+        for name, x, size, setting in expected:
+            if x.shape[-1] != size:
+                raise ValueError(
+                    f"{name} must have feature size {setting} = {size}, "
+                    f"got {x.shape[-1]} (shape {tuple(x.shape)})"
+                )
+            if x.dtype != weight.dtype or x.device != weight.device:
+                raise ValueError(
+                    f"{name} are {x.dtype} on {x.device} but the module's weights are "
+                    f"{weight.dtype} on {weight.device}: convert one with .to(...)"
+                )
+
     def check_plain_scores(self, target: str) -> None:
         """Raise a ``ValueError`` naming ``score_mod`` or ``sink_logits`` when the layer has
         one: a converter to ``target``, a layer that has neither, refuses it by name."""
@@ -279,31 +305,6 @@ class MultiHeadAttention(AttentionLayer):
     def head_size(self) -> int:
         """d = D / H."""
         return self.d_model // self.num_heads
-
-    def check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
-        """Raise a ``ValueError`` unless the inputs fit this module.
-
-        They must be 3-D floating-point tensors with one batch size, as many keys as values,
-        the configured feature sizes, and the dtype and device of the module's weights.
-        """
-        check_qkv(queries, keys, values)
-        weight = self.W_q.weight
-        expected = (
-            ("queries", queries, self.W_q.in_features, "query_size"),
-            ("keys", keys, self.W_k.in_features, "key_size"),
-            ("values", values, self.W_v.in_features, "value_size"),
-        )
-        for name, x, size, setting in expected:
-            if x.shape[-1] != size:
-                raise ValueError(
-                    f"{name} must have feature size {setting} = {size}, "
-                    f"got {x.shape[-1]} (shape {tuple(x.shape)})"
-                )
-            if x.dtype != weight.dtype or x.device != weight.device:
-                raise ValueError(
-                    f"{name} are {x.dtype} on {x.device} but the module's weights are "
-                    f"{weight.dtype} on {weight.device}: convert one with .to(...)"
-                )
 
 
 def attend_heads(
