@@ -152,13 +152,15 @@ class Visible:
         return scores if scores.dim() == 4 else scores.reshape(-1, self.heads, Lq, scores.shape[-1])
 
     def softmax(self, scores: Tensor) -> Tensor:
-        """The weights from scores, 3-D or 4-D (a new tensor): modify -> mask -> softmax with the
-        sinks (their weight dropped) -> zeros for the rows that see nothing."""
+        """The weights from scores, 3-D or 4-D, a fresh product (overwritten unless autograd
+        needs it): modify -> mask -> softmax with the sinks (their weight dropped) -> zeros
+        for the rows that see nothing."""
         scores = self.modify(scores)
-        if self.keep is not None:
-            scores = scores.masked_fill(~self.keep, float("-inf"))  # (filled rows keep a key)
+        if self.keep is not None:  # (filled rows keep a key)
+            fill = scores.masked_fill if scores.requires_grad else scores.masked_fill_
+            scores = fill(~self.keep, float("-inf"))
         if self.sinks is None:
-            weights = scores.softmax(-1)
+            weights = scores.softmax(-1) if scores.requires_grad else torch.softmax(scores, -1, out=scores)
         else:  # one more logit per head: (B, H, Lq, 1), in the scores' layout
             s4 = self._unfolded(scores, self.q_positions.shape[-1])  # (B, H, Lq, Lk)
             sink = self.sinks.to(scores.dtype)[None, :, None, None].expand(*s4.shape[:3], 1)

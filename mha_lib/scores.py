@@ -160,7 +160,8 @@ class _Softcap(ScoreMod):
         self.cap = cap
 
     def __call__(self, scores: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return torch.tanh(scores / self.cap) * self.cap
+        capped = scores / self.cap  # (a new tensor: tanh and the product may write over it)
+        return capped.tanh_().mul_(self.cap) if not capped.requires_grad else capped.tanh() * self.cap
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Softcap) and self.cap == other.cap
