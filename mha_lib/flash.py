@@ -240,8 +240,9 @@ def tiled_attention(
     zeros = zeros.reshape(B, nK, block_size, values.shape[-1]).sum(2)
     rows = []
     for r, r0 in enumerate(range(0, Lq, q_block)):
-        *_, last = _walk_keys(walk, r0, min(r0 + q_block, Lq), states[r])
-        out = last.output  # (B, b, dv)
+        for state in _walk_keys(walk, r0, min(r0 + q_block, Lq), states[r]):
+            pass  # (only the last state is kept: one block of scores at a time)
+        out = state.output  # (B, b, dv)
         skipped = [c for c in range(nK) if states[r][c] == 0]
         if skipped:  # (B, nK, dv) -> (B, 1, dv)
             out = out + zeros.index_select(1, torch.tensor(skipped, device=zeros.device)).sum(1, keepdim=True)

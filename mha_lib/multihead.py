@@ -161,20 +161,31 @@ class AttentionLayer(nn.Module):
         q = split_heads(self.W_q(queries), self.num_heads)  # (B, Lq, D) -> (B, H, Lq, d)
         k = split_heads(self.W_k(keys), self.num_kv_heads)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
         v = split_heads(self.W_v(values), self.num_kv_heads)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
-        if self.rope:
+        if self.rope:  # (GroupedQueryAttention: rotary positions, chapter 10)
             q, k = self._rotate(q, k, cache, positions)
-        scores = {"score_mod": self.score_mod, "sinks": self.sink_logits}
         if cache is not None:  # decoding (chapter 9): the cached positions are keys too
-            k, v, seen = cached_keys_values(cache, k, v, mask, positions, **scores)
-        else:  # the mask at the queries and keys 0, 1, ... (valid lengths count them)
-            seen = visible(mask, *queries.shape[:2], keys.shape[1], device=queries.device, **scores)
-            if positions is not None and seen.q_positions is not None:  # the modification
-                seen = replace(seen, q_positions=positions, k_positions=positions)  # reads them
+            k, v, seen = cached_keys_values(cache, k, v, mask, positions, **self._scores())
+        else:  # the mask (and score modification) at the positions of the queries and keys
+            seen = self._visible(mask, queries, keys, positions)
         nonfinite = None if finite else lambda: NonFiniteRule.of(queries, keys, values, seen.raw)
         out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
                                     gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
         output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
         return (output, weights) if need_weights else output
+
+    def _scores(self) -> dict:
+        """What changes the scores besides the mask (the context's ``score_mod`` and ``sinks``)."""
+        return {"score_mod": self.score_mod, "sinks": self.sink_logits}
+
+    def _visible(self, mask, queries: Tensor, keys: Tensor, positions: Tensor | None):
+        """The context of a call without a cache: the mask at the queries and keys 0, 1, ...
+        (valid lengths count them); the modification at the true positions, ``positions``
+        (B, Lq) of a self-attention when given (with RoPE)."""
+        seen = visible(mask, *queries.shape[:2], keys.shape[1], device=queries.device,
+                       **self._scores())
+        if positions is None or seen.q_positions is None:
+            return seen
+        return replace(seen, q_positions=positions, k_positions=positions)
 
     @quiet_when_traced
     def _check_forward(self, queries, keys, values, valid_lens, mask, need_weights, head_mask,
