@@ -7,7 +7,7 @@ BUILD := _build/html
 CHAPTERS := $(wildcard chapters/*.ipynb)
 
 .PHONY: help venv lab chromium book test lint unit nbval unit-portable nbval-portable browser \
-	chapters print-pdf assignments student clean
+	chapters print-pdf assignments student clean test-gpu
 
 help:
 	@echo "make lab      open the chapters in JupyterLab (creates .venv and installs first)"
@@ -19,6 +19,7 @@ help:
 	@echo "make pdf      the whole book as one PDF, $(BUILD)/multihead-attention-book.pdf"
 	@echo "make assignments  nbgrader course in course/: source, release (see teaching.md)"
 	@echo "make student  the released notebooks of every chapter, gathered in student/"
+	@echo "make test-gpu the GPU suite (tests/gpu, needs CUDA) and the GPU benchmark"
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -105,6 +106,14 @@ nbval-portable: venv
 # chapters) stay on one worker, the others are handed out one at a time.
 browser: venv chromium
 	$(PY) -m pytest tests/browser -m browser -q -n 2 --dist loadgroup
+
+# The GPU suite and the GPU benchmark, on a machine with a CUDA GPU (CI has none: there the
+# suite is skipped and tests/core/test_device_guard.py checks the devices on the CPU). PY may
+# name another Python whose torch has CUDA: `make test-gpu PY=python3`.
+test-gpu:
+	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu: no CUDA GPU here (torch.cuda.is_available() is False)')"
+	$(PY) -m pytest tests/gpu -q -p no:randomly
+	$(PY) -m mha_lib.bench gpu
 
 # nbgrader course (git-ignored): course/source (instructor), course/release (students).
 assignments: venv

@@ -16,6 +16,7 @@ from torch import Tensor
 __all__ = [
     "as_tensor",
     "check_bool",
+    "check_compute_dtype",
     "check_device",
     "check_not_meta",
     "check_positive_int",
@@ -40,8 +41,21 @@ def check_tensor(x: object, name: str, ndim: int | tuple[int, ...]) -> Tensor:
         raise ValueError(
             f"{name} must have {want} dimensions, got shape {tuple(x.shape)} ({x.dim()} dimensions)"
         )
-    if not x.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    return check_compute_dtype(x, name)
+
+
+#: The floating-point dtypes attention computes in (float8 types only store numbers).
+_COMPUTE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_compute_dtype(x: Tensor, name: str) -> Tensor:
+    """Return ``x`` if its dtype is one attention computes in (:data:`_COMPUTE_DTYPES`), else a
+    ValueError (an integer tensor, or a float8 type, which PyTorch stores but does not compute
+    softmaxes in)."""
+    if x.dtype not in _COMPUTE_DTYPES:
+        hint = ": float8 is a storage format, convert with .to(torch.bfloat16)" if x.is_floating_point() else ""
+        raise ValueError(f"{name} must be a floating-point tensor of float16, bfloat16, float32 or "
+                         f"float64, got dtype {x.dtype}{hint}")
     return x
 
 
@@ -57,15 +71,16 @@ def check_not_meta(x: Tensor, name: str) -> Tensor:
 
 def check_device(value: object, name: str = "device") -> torch.device:
     """``value`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``) as a device this
-    PyTorch can use, else a ValueError naming ``name`` (an unknown kind, a CUDA device without
-    CUDA, an index past the last GPU, the meta device that holds no numbers)."""
+    PyTorch can use, else a ValueError naming ``name``: an unknown kind, the meta device that
+    holds no numbers, and for a name (not a ``torch.device``, which a tensor hands over) a CUDA
+    device without CUDA or an index past the last GPU."""
     try:
         device = torch.device(value)
     except (TypeError, RuntimeError, ValueError):
         raise ValueError(f"{name} must be a device such as 'cpu' or 'cuda', got {value!r}") from None
     if device.type == "meta":
         raise ValueError(f"{name} must be a device with data, not 'meta' (shapes only), got {value!r}")
-    if device.type != "cpu":
+    if device.type != "cpu" and not isinstance(value, torch.device):  # (a device object: a tensor's)
         module = getattr(torch, device.type, None)
         available = getattr(module, "is_available", lambda: False)()
         count = getattr(module, "device_count", lambda: 0)() if available else 0

@@ -293,8 +293,7 @@ class StoryLM(nn.Module):
             raise ValueError(f"seed must be None or an integer in [0, 2**64), got {seed}")
         generator = None if seed is None else torch.Generator().manual_seed(seed)
         B = len(prompts)
-        device = self.unembedding.weight.device  # the prompts go where the model is
-        P = max(len(p) for p in prompts)
+        device, P = self.unembedding.weight.device, max(len(p) for p in prompts)  # (made where the model is)
         lens = torch.tensor([len(p) for p in prompts], device=device)  # (B,)
         ids = torch.tensor([p + [Tokenizer.pad_id] * (P - len(p)) for p in prompts], device=device)  # (B, P)
         new = []
@@ -318,11 +317,13 @@ class StoryLM(nn.Module):
         return torch.stack(new, dim=1).tolist() if new else [[] for _ in prompts]
 
     def _check_prompts(self, prompts: object) -> list[list[int]]:
-        V = self.config.vocab_size
+        V, arrays = self.config.vocab_size, (Tensor, np.ndarray)  # (prompts may be arrays, or lists of them)
+        listed = lambda x: (check_not_meta(x, "prompts") if isinstance(x, Tensor) else x).tolist()  # noqa: E731
+        prompts = listed(prompts) if isinstance(prompts, arrays) else prompts
         ok = isinstance(prompts, Sequence) and not isinstance(prompts, (str, bytes)) and len(prompts) > 0
         if ok:
-            prompts = [list(p) if isinstance(p, Sequence) and not isinstance(p, (str, bytes)) else None for p in prompts]
-            ok = all(p and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < V for i in p)
+            prompts = [listed(p) if isinstance(p, arrays) else list(p) if isinstance(p, Sequence) and not isinstance(p, (str, bytes)) else None for p in prompts]
+            ok = all(isinstance(p, list) and p and all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < V for i in p)
                      for p in prompts)
         if not ok:
             raise ValueError(f"prompts must be a non-empty list of non-empty lists of token ids in [0, {V}), got {prompts!r:.100}")
@@ -408,7 +409,7 @@ def next_token_losses(model: StoryLM, ids: Tensor, valid_lens: Tensor, head_mask
         at padding, where nothing is predicted.
     """
     device = model_device(check_model(model))  # (the data goes where the model is)
-    ids, valid_lens = (x.to(device) if isinstance(x, Tensor) else x for x in (ids, valid_lens))
+    ids, valid_lens = (check_not_meta(x, n).to(device) if isinstance(x, Tensor) else x for x, n in ((ids, "ids"), (valid_lens, "valid_lens")))
     with eval_mode(model):
         logits = model(ids, valid_lens, head_mask=head_mask)  # (B, L, V)
     valid_lens = ids.shape[1] if valid_lens is None else torch.as_tensor(valid_lens, device=device)[:, None]
@@ -472,7 +473,7 @@ def _held_out_metrics(model: StoryLM, stories: Sequence[Story]) -> dict[str, flo
 
 
 def train(config: Config = Config(), *, progress: bool | TextIO = True,
-          device: torch.device | str = "cpu") -> TrainResult:
+          device: torch.device | str = "cpu", model: nn.Module | None = None) -> TrainResult:
     """Train a fresh model from ``config.seed`` on one CPU thread; the same config gives the same weights.
 
     Args:
@@ -480,6 +481,7 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True,
         progress: a one-line progress bar to stderr (True), to a text stream, or none (False).
         device: where to train ('cpu', 'cuda', ...): the same initial weights and batches on
             every device (drawn on the CPU); the CPU by default.
+        model: train this instead of a fresh StoryLM: any module with its interface (chapter 12b's).
 
     Returns:
         A :class:`~mha_lib.training.TrainResult` (model in eval mode); ``history`` holds
@@ -493,14 +495,13 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True,
         raise ValueError(f"config.vocab_size must be the tokenizer's {tokenizer.vocab_size}, got {config.vocab_size}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)  # the initialisation, without touching the caller's state
-        model = StoryLM(config)
-    model.to(check_device(device))  # initialised on the CPU: the same weights on every device
+        model = (StoryLM(config) if model is None else model).to(check_device(device))  # (same weights anywhere)
     held_out = held_out_stories(config.eval_stories)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     history = train_loop(
         model, _batch_loss, _batches(config, tokenizer), optimizer, steps=config.steps,
         schedule=lambda step: warmup_cosine(step, warmup=config.warmup, steps=config.steps),
-        evaluate=lambda m: _held_out_metrics(m, held_out), eval_every=config.eval_every,
+        evaluate=lambda m: _held_out_metrics(m, held_out) if isinstance(m, StoryLM) else {}, eval_every=config.eval_every,
         num_threads=config.num_threads, progress=progress,
     )
     history["vocab"] = list(tokenizer.vocab)

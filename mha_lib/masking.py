@@ -31,7 +31,15 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from mha_lib._checks import check_bool, check_not_meta, check_size, check_tensor, quiet_when_traced, tracing
+from mha_lib._checks import (
+    check_bool,
+    check_compute_dtype,
+    check_not_meta,
+    check_size,
+    check_tensor,
+    quiet_when_traced,
+    tracing,
+)
 from mha_lib.lengths import CheckedLens, check_positions, check_valid_lens, lens_rows, read_valid_lens
 from mha_lib.masks import Mask, causal, padding
 from mha_lib.scores import ScoreMod
@@ -477,6 +485,7 @@ def _check_kept(X: object, keep: object, inplace: object) -> None:
             f"X must be a floating-point torch.Tensor, got {getattr(X, 'dtype', type(X).__name__)}"
         )
     check_not_meta(X, "X")
+    check_compute_dtype(X, "X")
     _check_bool_mask(keep, "keep")
     check_bool(inplace, "inplace")
     try:

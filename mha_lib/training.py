@@ -95,7 +95,8 @@ def warmup_cosine(step: int, *, warmup: int, steps: int) -> float:
 
     Raises:
         ValueError: step or warmup not an integer >= 0, steps not an integer >= 1, or step
-            past the last step (the cosine would climb back up).
+            past the last step (the cosine would climb back up). A warm-up longer than the
+            run is allowed: the first steps of a longer run (the tests retrace the shipped run so).
     """
     check_size(step, "step")
     check_size(warmup, "warmup")
@@ -144,9 +145,8 @@ def _draw_bar(out: TextIO, step: int, steps: int, loss: float, evals: Mapping[st
 
 
 def _check_callable(value: object, name: str, optional: bool = False) -> None:
-    if (value is None and optional) or callable(value):
-        return
-    raise ValueError(f"{name} must be a function{' or None' if optional else ''}, got {value!r}")
+    if not ((value is None and optional) or callable(value)):
+        raise ValueError(f"{name} must be a function{' or None' if optional else ''}, got {value!r}")
 
 
 def to_device(batch: Any, device: torch.device | str) -> Any:
@@ -159,10 +159,9 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
     if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
         return dataclasses.replace(batch, **{f.name: to_device(getattr(batch, f.name), device)
                                              for f in dataclasses.fields(batch) if f.init})
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple
-        return type(batch)(*(to_device(x, device) for x in batch))
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(to_device(x, device) for x in batch)
+    if isinstance(batch, (tuple, list)):  # (a named tuple is rebuilt from its fields)
+        moved = [to_device(x, device) for x in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
     return {k: to_device(x, device) for k, x in batch.items()} if isinstance(batch, dict) else batch
 
 

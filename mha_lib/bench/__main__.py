@@ -1,8 +1,9 @@
-"""The one command line of the benchmarks: ``python -m mha_lib.bench [cost|modern] [options]``.
+"""The one command line of the benchmarks: ``python -m mha_lib.bench [cost|modern|masks|gpu] [options]``.
 
 ``cost`` (the default, chapter 6) prints the table of paired time ratios of our two paths to
 the fused-kernel limit and to ``nn.MultiheadAttention``, and the peak memory of both paths;
-``modern`` prints the tables of chapters 9-11 (KV cache, grouped-query attention, tiling).
+``modern`` prints the tables of chapters 9-11 (KV cache, grouped-query attention, tiling);
+``masks`` where masks save work; ``gpu`` the layer and windowed attention on a GPU.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from mha_lib._checks import check_positive_int, check_positive_number
-from mha_lib.bench import cost, masks, modern
+from mha_lib.bench import cost, gpu, masks, modern
 from mha_lib.bench.cost import Sizes
 from mha_lib.timing import loglog_slope
 
@@ -26,7 +27,7 @@ _FULL_SIZES = (Sizes(8, 128, 128, 256, 8), Sizes(8, 512, 512, 512, 8), Sizes(2, 
 _QUICK_SIZES = (Sizes(4, 64, 64, 128, 4), Sizes(2, 256, 256, 128, 4))
 
 #: Per command: repeats and min_time without --quick (with it: 3 and 0.01).
-_DEFAULTS = {"cost": (9, 0.2), "modern": (5, 0.1), "masks": (3, 0.05)}
+_DEFAULTS = {"cost": (9, 0.2), "modern": (5, 0.1), "masks": (3, 0.05), "gpu": (30, 0.05)}
 
 _COMMANDS = {
     "cost": "chapter 6 (the default): time ratios of MultiHeadAttention's fast path to the "
@@ -37,6 +38,9 @@ _COMMANDS = {
     "masks": "where masks save work: tiled attention that skips hidden tiles (sliding window "
     "256, causal) beside SDPA with the same dense mask and FlexAttention; tiles computed, "
     "peak memory",
+    "gpu": "on a GPU, bfloat16: the fast path against Linear + bare SDPA and nn.MultiheadAttention "
+    "(no mask and causal, kernels per forward); sliding-window attention against SDPA with the "
+    "dense mask and FlexAttention",
 }
 
 _EXAMPLES = f"""\
@@ -45,7 +49,8 @@ examples:
   {_PROG} --quick           the same at small sizes (seconds)
   {_PROG} modern --quick    the tables of chapters 9-11 at small sizes
   {_PROG} masks --quick     tiled attention under masks at a small length
-  {_PROG} cost --help       the options of one command (cost, modern, masks)
+  {_PROG} gpu               the GPU tables (a CUDA device; --device cpu for a trial run)
+  {_PROG} cost --help       the options of one command (cost, modern, masks, gpu)
 
 Timings are paired ratios, median [min-max]: the contenders run in turns inside every
 repetition, so that load from other programs slows both sides of a ratio alike.
@@ -97,14 +102,14 @@ def _add_common(parser: argparse.ArgumentParser, repeats: int, min_time: float, 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG,
-        usage=f"{_PROG} [-h] [cost | modern | masks] [options]",
-        description="Benchmarks of multi-head attention on this CPU, printed as tables.\n"
+        usage=f"{_PROG} [-h] [cost | modern | masks | gpu] [options]",
+        description="Benchmarks of multi-head attention (on this CPU; gpu: on a GPU), printed as tables.\n"
         "Without a command, runs 'cost' with the options given.",
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", title="commands",
-                                     metavar="{cost,modern,masks}")
+                                     metavar="{cost,modern,masks,gpu}")
     c = commands.add_parser("cost", prog=f"{_PROG} cost", help=_COMMANDS["cost"],
                             description=_COMMANDS["cost"])
     c.add_argument("--size", type=_parse_sizes, action="append", metavar="B,Lq,Lk,D,H",
@@ -124,6 +129,10 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--no-flex", action="store_true",
                    help="leave out FlexAttention (torch.compile takes minutes the first time)")
     _add_common(k, *_DEFAULTS["masks"], memory="(unused)")
+    u = commands.add_parser("gpu", prog=f"{_PROG} gpu", help=_COMMANDS["gpu"], description=_COMMANDS["gpu"])
+    u.add_argument("--device", default="cuda", help="where to run (default cuda; cpu for a trial run)")
+    u.add_argument("--no-flex", action="store_true", help="leave out FlexAttention")
+    _add_common(u, *_DEFAULTS["gpu"], memory="(unused)")
     return parser
 
 
@@ -144,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"median [min-max] of {repeats} paired time ratios",
         flush=True,
     )
-    run = {"cost": _run_cost, "modern": _run_modern, "masks": _run_masks}[args.command]
+    run = {"cost": _run_cost, "modern": _run_modern, "masks": _run_masks, "gpu": _run_gpu}[args.command]
     run(args, repeats, min_time)
     return 0
 
@@ -223,6 +232,25 @@ def _run_masks(args: argparse.Namespace, repeats: int, min_time: float) -> None:
     _clear_progress()
     print()
     print(masks.format_mask_table(rows, **sizes), flush=True)
+
+
+def _run_gpu(args: argparse.Namespace, repeats: int, min_time: float) -> None:
+    """The layer against Linear + SDPA and nn.MultiheadAttention, and windowed attention."""
+    try:
+        device = gpu.check_device(args.device)
+    except ValueError as err:
+        raise SystemExit(f"{_PROG} gpu: {err}") from None
+    quick = args.quick
+    print(gpu.device_line(device), flush=True)
+    sizes = ((2, 128, 128, 4), (4, 256, 256, 8)) if quick else gpu.SIZES
+    rows = gpu.layer_table(device, sizes, repeats=repeats, min_time=min_time, progress=_progress)
+    _clear_progress()
+    print()
+    print(gpu.format_layer_table(rows), flush=True)
+    window = dict(L=1024, window=64) if quick else {}
+    print()
+    print(gpu.format_window_table(gpu.window_table(device, repeats=repeats, min_time=min_time,
+                                                   flex=not args.no_flex, **window)))
 
 
 if __name__ == "__main__":

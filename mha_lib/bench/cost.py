@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from mha_lib._checks import (
     check_bool,
     check_callable,
+    check_device,
     check_positive_int,
     check_positive_number,
     check_sequence,
@@ -54,6 +55,7 @@ from mha_lib.bench._checks import (
 from mha_lib.heads import split_heads
 from mha_lib.interop import to_torch_mha
 from mha_lib.masking import keep_mask_from_valid_lens, padding_mask_from_valid_lens
+from mha_lib.masks import causal as causal_mask_kind
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.timing import Ratio, paired_ratio, peak_memory, time_paired
 
@@ -155,9 +157,11 @@ class _Case:
 
 
 def make_case(
-    sizes: Sizes, *, masked: bool, seed: int = 0, dtype: torch.dtype = torch.float32
+    sizes: Sizes, *, masked: bool, seed: int = 0, dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
 ) -> _Case:
-    """Random inputs for ``sizes``; with ``masked``, random valid lengths in [1, Lk].
+    """Random inputs for ``sizes`` on ``device`` (drawn on the CPU: the same numbers on every
+    device); with ``masked``, random valid lengths in [1, Lk].
 
     Queries, keys and values are three different tensors (cross-attention), so that no
     contender can take a self-attention shortcut the others cannot.
@@ -176,11 +180,14 @@ def make_case(
     keys = torch.randn(B, Lk, D, generator=g, dtype=dtype)
     values = torch.randn(B, Lk, D, generator=g, dtype=dtype)
     valid_lens = torch.randint(1, Lk + 1, (B,), generator=g) if masked else None
-    return _Case(sizes, queries, keys, values, valid_lens)
+    device = check_device(device)
+    return _Case(sizes, queries.to(device), keys.to(device), values.to(device),
+                 None if valid_lens is None else valid_lens.to(device))
 
 
 def make_modules(
-    sizes: Sizes, *, seed: int = 0, dtype: torch.dtype = torch.float32
+    sizes: Sizes, *, seed: int = 0, dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
 ) -> tuple[MultiHeadAttention, nn.MultiheadAttention]:
     """A ``MultiHeadAttention`` and an ``nn.MultiheadAttention`` with the same weights, in eval mode.
 
@@ -192,26 +199,34 @@ def make_modules(
     D, H = sizes.D, sizes.H
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        mha = MultiHeadAttention(D, D, D, D, H, dropout=0.0).to(dtype).eval()
+        mha = MultiHeadAttention(D, D, D, D, H, dropout=0.0).to(check_device(device), dtype).eval()
     return mha, to_torch_mha(mha)
 
 
-def make_contenders(case: _Case, *, seed: int = 0) -> dict[str, Callable[[], Tensor]]:
+def make_contenders(case: _Case, *, seed: int = 0, causal: bool = False) -> dict[str, Callable[[], Tensor]]:
     """The five contenders of the module docstring as argument-free callables.
 
     Each returns its output (B, Lq, D); ``weights`` and ``torch_weights`` return
     ``(output, weights)`` with weights (B, H, Lq, Lk). The masks that ``limit`` and ``torch``
-    take in their own format are built once, outside the calls, as a user would.
+    take in their own format are built once, outside the calls, as a user would. With
+    ``causal`` every contender is also causal: ``mask=causal()`` for ours, ``is_causal`` (or
+    the dense mask, with valid lengths) for SDPA, a causal ``attn_mask`` for ``torch``.
     """
     _check_case(case)
     check_size(seed, "seed")
+    check_bool(causal, "causal")
     s = case.sizes
-    mha, ref = make_modules(s, seed=seed, dtype=case.queries.dtype)
+    mha, ref = make_modules(s, seed=seed, dtype=case.queries.dtype, device=case.queries.device)
     q, k, v, valid_lens = case.queries, case.keys, case.values, case.valid_lens
     padding = keep = None
     if valid_lens is not None:
         padding = padding_mask_from_valid_lens(valid_lens, s.Lk)  # (B, Lk)
         keep = keep_mask_from_valid_lens(valid_lens, 1, s.Lk)[:, None]  # (B, 1, 1, Lk)
+    mask = causal_mask = None
+    if causal:
+        mask = causal_mask_kind()
+        causal_mask = ~mask.dense(1, s.Lq, s.Lk, device=q.device)[0]  # (Lq, Lk), True = hidden
+        keep = None if keep is None else keep & ~causal_mask  # (B, 1, Lq, Lk)
     B, Lq, Lk, H, d = s.B, s.Lq, s.Lk, s.H, s.d
 
     def limit() -> Tensor:
@@ -219,17 +234,17 @@ def make_contenders(case: _Case, *, seed: int = 0) -> dict[str, Callable[[], Ten
         qh = mha.W_q(q).view(B, Lq, H, d).transpose(1, 2)  # (B, Lq, D) -> (B, H, Lq, d)
         kh = mha.W_k(k).view(B, Lk, H, d).transpose(1, 2)  # (B, Lk, D) -> (B, H, Lk, d)
         vh = mha.W_v(v).view(B, Lk, H, d).transpose(1, 2)  # (B, Lk, D) -> (B, H, Lk, d)
-        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=keep)  # (B, H, Lq, d)
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=keep,
+                                             is_causal=causal and keep is None)  # (B, H, Lq, d)
         return mha.W_o(out.transpose(1, 2).reshape(B, Lq, H * d))  # (B, H, Lq, d) -> (B, Lq, D)
 
+    theirs = dict(key_padding_mask=padding, attn_mask=causal_mask, is_causal=causal)
     return {
-        "weights": lambda: mha(q, k, v, valid_lens, need_weights=True),
-        "fast": lambda: mha(q, k, v, valid_lens),
+        "weights": lambda: mha(q, k, v, valid_lens, mask=mask, need_weights=True),
+        "fast": lambda: mha(q, k, v, valid_lens, mask=mask),
         "limit": limit,
-        "torch": lambda: ref(q, k, v, key_padding_mask=padding, need_weights=False)[0],
-        "torch_weights": lambda: ref(
-            q, k, v, key_padding_mask=padding, need_weights=True, average_attn_weights=False
-        ),
+        "torch": lambda: ref(q, k, v, **theirs, need_weights=False)[0],
+        "torch_weights": lambda: ref(q, k, v, **theirs, need_weights=True, average_attn_weights=False),
     }
 
 

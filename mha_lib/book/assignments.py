@@ -13,7 +13,11 @@ code cell right after ``{solution-end}`` (a checker call or ``assert``\\ s). It 
 * on each solution code cell: an nbgrader *answer* (``solution``), id ``<label>-answer``;
 * on the test cell: an nbgrader *autograded test*, id ``<label>-test``, 1 point;
 * for an exercise without a test: its first prose cell (or first code cell) becomes a
-  *manually graded answer* worth 1 point, id ``<label>-written``.
+  *manually graded answer* worth 1 point, id ``<label>-written``;
+* the capstone's hand-in, a test cell ``grade(model, roles, parts=parts)``, is worth the
+  rubric's points (:data:`mha_lib.exercises.capstone.POINTS`), its score the cell's last value;
+  the course source adds a hidden cell that grades the same hand-in on stories of another
+  odd seed (``build --capstone-seed``), id ``<label>-hidden``, which the release does not contain.
 
 Whole cells are marked, so no ``### BEGIN SOLUTION`` appears in the chapters or on the website.
 Running it again gives the same notebooks (points an author changed are kept).
@@ -46,6 +50,11 @@ __all__ = ["OverlapError", "build", "main", "mark", "refuse_overlap"]
 SOLUTION_TAG = "solution"
 SCHEMA_VERSION = 3
 CHECKER_CALL = re.compile(r"\b(check_\w+)\s*\(\s*([A-Za-z_]\w*)\s*\)")
+CAPSTONE_CALL = re.compile(r"\bgrade\(\s*([A-Za-z_]\w*)\s*,\s*([A-Za-z_]\w*)\s*,\s*parts=([A-Za-z_]\w*)\s*\)")
+"""The capstone's hand-in, ``grade(model, roles, parts=parts)`` (:mod:`mha_lib.exercises.capstone`):
+a test worth the rubric's points, followed in the course source by the same grade on hidden stories."""
+CAPSTONE_HIDDEN_SEED = 424_243
+"""The default seed (odd) of the capstone's hidden stories; ``build --capstone-seed`` sets another."""
 
 _FENCE = r"(?:`{3,}|:{3,})"
 _DIRECTIVE = re.compile(rf"^\s*(?P<fence>{_FENCE})\{{(?P<kind>[\w-]+)\}}[ \t]*(?P<arg>[^\n]*)$")
@@ -104,7 +113,14 @@ def _directives(markdown: str) -> list[tuple[str, str]]:
 
 def _is_test(cell) -> bool:
     return cell.cell_type == "code" and bool(
-        CHECKER_CALL.search(cell.source) or re.search(r"^\s*assert\b", cell.source, re.MULTILINE))
+        CHECKER_CALL.search(cell.source) or CAPSTONE_CALL.search(cell.source)
+        or re.search(r"^\s*assert\b", cell.source, re.MULTILINE))
+
+
+def _capstone_points() -> int:
+    from mha_lib.exercises.capstone import POINTS
+
+    return sum(POINTS.values())
 
 
 def find_exercises(nb) -> list[Exercise]:
@@ -171,8 +187,9 @@ def mark_notebook(nb) -> int:
                 f"{ex.label}-answer" + (f"-{n + 1}" if n else ""), solution=True, grade=False)
         if ex.test is not None:
             grade_id = f"{ex.label}-test"
+            default = _capstone_points() if CAPSTONE_CALL.search(nb.cells[ex.test].source) else 1
             nb.cells[ex.test].metadata["nbgrader"] = _meta(
-                grade_id, solution=False, grade=True, points=points.get(grade_id, 1))
+                grade_id, solution=False, grade=True, points=points.get(grade_id, default))
         elif ex.prose or ex.code:
             grade_id = f"{ex.label}-written"
             target = ex.prose[0] if ex.prose else ex.code[0]
@@ -357,8 +374,38 @@ def partial_credit_cell(checker: str, answer: str, grade_id: str):
     return cell
 
 
-def source_notebook(nb):
-    """The instructor version of a marked chapter for ``<course>/source`` (``nb`` unchanged)."""
+def capstone_hidden_cell(call: re.Match, grade_id: str, seed: int):
+    """The hidden test cell that grades the capstone's hand-in again, on stories of ``seed``."""
+    from nbformat.v4 import new_code_cell
+
+    model, roles, parts = call.groups()
+    source = "\n".join([
+        "# Hidden tests, run by the grader: the same rubric on stories the release does not contain.",
+        "### BEGIN HIDDEN TESTS",
+        "from mha_lib.exercises.capstone import grade as hidden_grade",
+        "",
+        f"hidden_report = hidden_grade({model}, {roles}, parts={parts}, seed={seed})",
+        "print(hidden_report)",
+        "hidden_report.points",
+        "### END HIDDEN TESTS",
+    ])
+    cell = new_code_cell(source)
+    cell.id = re.sub(r"[^A-Za-z0-9-_]", "-", grade_id)[:64]
+    cell.metadata["nbgrader"] = _meta(grade_id, solution=False, grade=True, points=_capstone_points())
+    return cell
+
+
+def _check_capstone_seed(seed: object) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0 or seed % 2 == 0:
+        raise ValueError(f"capstone_seed: expected an odd integer >= 0 (even seeds are training seeds), got {seed!r}")
+    return seed
+
+
+def source_notebook(nb, capstone_seed: int = CAPSTONE_HIDDEN_SEED):
+    """The instructor version of a marked chapter for ``<course>/source`` (``nb`` unchanged).
+
+    ``capstone_seed`` is the seed of the stories of the capstone's hidden grade (odd)."""
+    capstone_seed = _check_capstone_seed(capstone_seed)
     import nbformat
 
     nb = copy.deepcopy(nb)
@@ -392,6 +439,9 @@ def source_notebook(nb):
             call = _checker_call(cell)
             if call is not None:
                 cells.append(partial_credit_cell(*call, grade_id=f"{tests[i].label}-mistakes"))
+            capstone = CAPSTONE_CALL.search(cell.source)
+            if capstone is not None:
+                cells.append(capstone_hidden_cell(capstone, f"{tests[i].label}-hidden", capstone_seed))
     nb.cells = cells
     nb.metadata.pop("widgets", None)
     return nb
@@ -458,16 +508,18 @@ def nbgrader(course: Path, *args: str, check: bool = True) -> subprocess.Complet
 
 
 #: Chapters released under another assignment name than their file's (default: the file's stem).
-_ASSIGNMENT_NAMES = {"09b_bug_zoo": "bug_zoo"}
+_ASSIGNMENT_NAMES = {"09b_bug_zoo": "bug_zoo", "12b_capstone": "capstone"}
 
 
 def write_course_source(chapters: Path, course: Path, names: list[str] | None = None,
-                        assignment: str | None = None) -> list[str]:
+                        assignment: str | None = None,
+                        capstone_seed: int = CAPSTONE_HIDDEN_SEED) -> list[str]:
     """Write the course config and the instructor version of every chapter with exercises.
 
     Each chapter becomes the assignment ``<course>/source/<chapter>/<chapter>.ipynb`` (the bug
-    zoo, ``09b_bug_zoo``, the assignment ``bug_zoo``); with
-    ``assignment``, the chosen chapters are the notebooks of that one assignment instead.
+    zoo, ``09b_bug_zoo``, the assignment ``bug_zoo``; the capstone, ``12b_capstone``, the
+    assignment ``capstone``); with ``assignment``, the chosen chapters are the notebooks of
+    that one assignment instead.
 
     Returns:
         The names of the assignments written.
@@ -488,16 +540,16 @@ def write_course_source(chapters: Path, course: Path, names: list[str] | None = 
         name = assignment or _ASSIGNMENT_NAMES.get(path.stem, path.stem)
         folder = course / "source" / name
         folder.mkdir(parents=True, exist_ok=True)
-        nbformat.write(source_notebook(nb), folder / path.name)
+        nbformat.write(source_notebook(nb, capstone_seed), folder / path.name)
         written.append(name)
     return list(dict.fromkeys(written))
 
 
 def build(chapters: Path, course: Path, names: list[str] | None = None,
-          assignment: str | None = None) -> list[Path]:
+          assignment: str | None = None, capstone_seed: int = CAPSTONE_HIDDEN_SEED) -> list[Path]:
     """Write the course source and release every assignment with ``nbgrader
     generate_assignment``. Returns the released notebooks."""
-    for name in write_course_source(chapters, course, names, assignment):
+    for name in write_course_source(chapters, course, names, assignment, capstone_seed):
         nbgrader(course, "generate_assignment", name, "--force")
     return sorted((Path(course) / "release").glob("*/*.ipynb"))
 
@@ -512,14 +564,16 @@ def main(argv: list[str] | None = None) -> int:
     build_cmd.add_argument("course", type=Path, help="course folder to write (course)")
     build_cmd.add_argument("names", nargs="*", help="only these chapters (e.g. 01_model)")
     build_cmd.add_argument("--assignment", help="one assignment holding all chosen chapters")
+    build_cmd.add_argument("--capstone-seed", type=int, default=CAPSTONE_HIDDEN_SEED,
+                           help="odd seed of the stories of the capstone's hidden grade")
     args = parser.parse_args(argv)
     try:
         if args.command == "mark":
             for path, count in mark(args.notebooks).items():
                 print(f"{path}: {count} exercise{'s' if count != 1 else ''} marked")
             return 0
-        released = build(args.chapters, args.course, args.names, args.assignment)
-    except OverlapError as err:
+        released = build(args.chapters, args.course, args.names, args.assignment, args.capstone_seed)
+    except (OverlapError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for path in released:

@@ -25,10 +25,12 @@ The package:
   attention (chapter 10), tiled attention (chapter 11) and the mask lab's left padding;
 * :mod:`~mha_lib.exercises.wild`       the checkers of chapter 5's conversions: GPT-2's fused
   ``c_attn``, Llama's queries and keys;
-* :mod:`~mha_lib.exercises.grading`    partial credit per mistake family, for nbgrader.
+* :mod:`~mha_lib.exercises.grading`    partial credit per mistake family, for nbgrader;
 * :mod:`~mha_lib.exercises.bug_zoo`    the bug zoo: attention layers with one real bug each;
   :mod:`~mha_lib.exercises.probes` the symptom probes that expose them;
-  :mod:`~mha_lib.exercises.zoo_grading` the grading of the diagnoses and of a student's test.
+  :mod:`~mha_lib.exercises.zoo_grading` the grading of the diagnoses and of a student's test;
+* :mod:`~mha_lib.exercises.capstone`   the capstone's grader (chapter 12b): a story model the
+  student built and trained, graded by its components, decoding, quality and heads.
 
 Adding a checker ``check_x``:
 

@@ -221,7 +221,7 @@ class Heron(ZooAttention):
     def keep(self, mask, q_pos, k_pos, B):
         if mask is None:
             return None
-        rows = torch.arange(q_pos.shape[1]).expand(q_pos.shape)  # the queries: 0 .. Lq-1
+        rows = torch.arange(q_pos.shape[1], device=q_pos.device).expand(q_pos.shape)  # the queries: 0 .. Lq-1
         return mask.keep(rows, k_pos, batch_size=B)
 
 
@@ -258,7 +258,7 @@ class Marmot(ZooAttention):
 
 class Narwhal(ZooAttention):
     def remember(self, cache, k, v, k_pos, positions):
-        new = torch.arange(k.shape[2])  # the new keys' positions
+        new = torch.arange(k.shape[2], device=k.device)  # the new keys' positions
         return cache.update(self.rotate(k, new), v, positions)
 
 

@@ -92,6 +92,9 @@ def _width(layer: nn.Module) -> int:
             hasattr(layer, a) for a in ("W_q", "W_k", "W_v", "W_o", "num_heads")):
         raise ValueError("layer: expected an attention layer with W_q, W_k, W_v, W_o and "
                          f"num_heads (as MultiHeadAttention), got {type(layer).__name__}")
+    if layer.W_q.weight.device.type != "cpu":  # (the probes draw their inputs on the CPU)
+        raise ValueError(f"layer: the probes run on the CPU, got a layer on {layer.W_q.weight.device}: "
+                         "pass layer.cpu()")
     return layer.W_q.in_features
 
 

@@ -10,7 +10,7 @@ from typing import NamedTuple, Sequence
 import torch
 from torch import Tensor
 
-from mha_lib._checks import as_tensor, check_positive_int, check_size
+from mha_lib._checks import as_tensor, check_device, check_positive_int, check_size
 
 __all__ = ["Mask", "TileMap"]
 
@@ -212,7 +212,7 @@ class Mask:
             bool (B or 1, rows or 1, cols), True = may attend.
         """
         (r0, r1), (c0, c1) = rows, cols
-        device = self._device() if device is None else torch.device(device)
+        device = self._device() if device is None else check_device(device)
         queries = torch.arange(q_offset + r0, q_offset + r1, device=device)[None]  # (1, r)
         bounds = (q_offset + r0, q_offset + r1 - 1, c0, c1 - 1)
         return self._keep(_Index(batch_size, queries, torch.arange(c0, c1, device=device)[None],
@@ -222,7 +222,7 @@ class Mask:
         B = check_size(batch_size, "batch_size")
         Lq, Lk = check_size(num_queries, "num_queries"), check_size(num_keys, "num_keys")
         start = check_size(q_offset, "q_offset")
-        device = self._device() if device is None else torch.device(device)
+        device = self._device() if device is None else check_device(device)
         queries = torch.arange(start, start + Lq, device=device)[None]  # (1, Lq)
         bounds = (start, start + Lq - 1 if Lq else -1, 0 if Lk else -1, Lk - 1)
         return _Index(B, queries, torch.arange(Lk, device=device)[None], block_size, bounds)

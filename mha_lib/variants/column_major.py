@@ -83,6 +83,12 @@ class ColumnMajorMultiHeadAttention(nn.Module):
 
     def _check_input(self, Z: Tensor) -> Tensor:
         check_tensor(Z, "Z", (2, 3))
+        stored = next(self.parameters()).dtype  # (read before the parametrization computes)
+        if self.stiefel and {Z.dtype, stored} & {torch.float16, torch.bfloat16}:
+            raise ValueError(
+                f"stiefel=True needs float32 or float64 (the Stiefel step's QR does not run in half "
+                f"precision), got Z {Z.dtype} and a module of {stored}: convert both with .float()"
+            )
         if Z.shape[-2] != self.dim:
             raise ValueError(
                 f"Z must have dim = {self.dim} rows (one token per column, shape (D, L) or "
@@ -114,6 +120,7 @@ class ColumnMajorMultiHeadAttention(nn.Module):
             output with Z's shape, or ``(output, weights)`` when ``need_weights``.
         """
         Zb = self._check_input(Z)  # (B, D, L)
+        check_bool(need_weights, "need_weights")
         B, D, L = Zb.shape
         Q, K, V = self._project(Zb)  # each (B, H, d, L)
         Q = fit_queries(Q.mT, K.mT).mT  # columns whose scores would overflow are scaled down
