@@ -31,15 +31,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from mha_lib._checks import (
-    check_bool,
-    check_compute_dtype,
-    check_not_meta,
-    check_size,
-    check_tensor,
-    quiet_when_traced,
-    tracing,
-)
+from mha_lib._checks import (check_bool, check_compute_dtype, check_not_meta, check_size, check_tensor,
+                             quiet_when_traced, tracing)
 from mha_lib.lengths import CheckedLens, check_positions, check_valid_lens, lens_rows, read_valid_lens
 from mha_lib.masks import Mask, causal, padding
 from mha_lib.scores import ScoreMod
@@ -132,8 +125,8 @@ class Visible:
         return self.score_mod is None and self.sinks is None
 
     def _masks(self, change) -> "Visible":
-        return replace(self, **{n: None if t is None else change(t)
-                                for n, t in (("keep", self.keep), ("empty", self.empty))})
+        return replace(self, keep=change(self.keep) if self.keep is not None else None,
+                       empty=change(self.empty) if self.empty is not None else None)
 
     def with_heads(self) -> "Visible":
         """The same with a heads axis, (B or 1, 1, Lq or 1, .), that broadcasts over H heads."""
@@ -155,8 +148,7 @@ class Visible:
         s = self.score_mod(s, q_idx[:, None, :, None], k_idx[:, None, None, :])
         return s.reshape(scores.shape)
 
-    def _unfolded(self, scores: Tensor, Lq: int) -> Tensor:
-        """(B*H, ..., Lk) -> (B, H, Lq, Lk), a view (4-D scores as they are)."""
+    def _unfolded(self, scores: Tensor, Lq: int) -> Tensor:  # (B*H, ., Lk) -> (B, H, Lq, Lk), a view
         return scores if scores.dim() == 4 else scores.reshape(-1, self.heads, Lq, scores.shape[-1])
 
     def softmax(self, scores: Tensor) -> Tensor:
@@ -180,9 +172,8 @@ class Visible:
         """THE decision: what the fused kernel takes for this call, or None (the weights path).
 
         Without a modification or sinks: the boolean keep mask (with a heads axis). An additive
-        modification: a float mask, its bias plus the mask's -inf. Sinks: one more key, of
-        zeros (score 0) and value 0, whose float mask entry is the sink logit. Any other
-        modification needs the scores themselves: None.
+        modification: a float mask, its bias plus the mask's -inf. Sinks: one more key of zeros
+        (score 0, value 0) whose float mask entry is the sink logit. Other modifications: None.
 
         Shapes:
             q: (B, H, Lq, d); k, v: (B, Hkv, Lk, d)
