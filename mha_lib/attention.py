@@ -237,7 +237,9 @@ class DotProductAttention(nn.Module):
         _check_attention(queries, keys, values, need_weights)
         q, k = score_operands(queries, keys)  # Q / sqrt(d) and K (scores that cannot overflow)
         scores = torch.bmm(q, k.transpose(1, 2))  # (B, Lq, Lk)
-        if mask is None:
+        if isinstance(mask, Visible) and not mask.plain:  # a score modification or sinks
+            weights = mask.softmax(scores)
+        elif mask is None:
             weights = masked_softmax(scores, valid_lens, inplace=True)  # the scores are ours
         else:  # any mask: its keep mask (B or 1, Lq or 1, Lk)
             keep = (mask if isinstance(mask, Visible) else
@@ -293,6 +295,9 @@ class FiniteDotProductAttention(DotProductAttention):
         seen = _check_finite_attention(queries, keys, values, valid_lens, need_weights, mask)
         dtype = queries.dtype
         queries, keys = score_operands(queries, keys)  # Q / sqrt(d), K (float32 for half)
+        if not seen.plain:  # a modification or sinks: the one pipeline (Visible.softmax)
+            weights = seen.softmax(torch.bmm(queries, keys.transpose(1, 2)))  # (B, Lq, Lk)
+            return self._mix(weights.to(dtype), values, need_weights)
         if seen.keep is None:
             scores = torch.bmm(queries, keys.transpose(1, 2))  # (B, Lq, Lk)
         else:  # bias: (B or 1, Lq or 1, Lk), 0 = may attend, -inf = masked
@@ -305,7 +310,10 @@ class FiniteDotProductAttention(DotProductAttention):
         if seen.empty is not None:  # a query that sees nothing: zeros
             fill = weights.masked_fill if weights.requires_grad else weights.masked_fill_
             weights = fill(seen.empty, 0.0)
-        weights = weights.to(dtype)
+        return self._mix(weights.to(dtype), values, need_weights)
+
+    def _mix(self, weights: Tensor, values: Tensor, need_weights: bool):
+        """The values mixed by the weights (after dropout), and the weights when asked for."""
         output = torch.bmm(self.dropout(weights), values)  # (B, Lq, dv)
         return (output, weights) if need_weights else output
 

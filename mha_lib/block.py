@@ -33,6 +33,7 @@ from mha_lib._settings import build
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.masks import Mask
 from mha_lib.multihead import MultiHeadAttention
+from mha_lib.scores import ScoreMod
 
 __all__ = ["TransformerBlock"]
 
@@ -63,6 +64,8 @@ class TransformerBlock(nn.Module):
         layer_norm_eps: the ``eps`` of both LayerNorms.
         num_kv_heads: Hkv key/value heads (dividing ``num_heads``) for grouped-query attention.
         rope: rotate queries and keys by their positions (RoPE); needs an even head size.
+        score_mod, sink_logits: the attention layer's (a :class:`mha_lib.scores.ScoreMod`;
+            learned sink logits), as for :class:`~mha_lib.MultiHeadAttention`.
 
     ``block.settings`` holds these arguments (a :class:`TransformerBlock.Settings`).
     """
@@ -79,6 +82,8 @@ class TransformerBlock(nn.Module):
         layer_norm_eps: float = 1e-5
         num_kv_heads: int | None = None
         rope: bool = False
+        score_mod: ScoreMod | None = None
+        sink_logits: bool = False
 
     def __init__(
         self,
@@ -91,6 +96,8 @@ class TransformerBlock(nn.Module):
         layer_norm_eps: float = 1e-5,
         num_kv_heads: int | None = None,
         rope: bool = False,
+        score_mod: ScoreMod | None = None,
+        sink_logits: bool = False,
     ) -> None:
         super().__init__()
         check_positive_int(d_model, "d_model")  # (the attention layer would name its key_size)
@@ -100,13 +107,14 @@ class TransformerBlock(nn.Module):
         layer_norm_eps = check_positive_number(layer_norm_eps, "layer_norm_eps")
         self.norm_first = check_bool(norm_first, "norm_first")
         check_bool(rope, "rope")
+        scores = {"score_mod": score_mod, "sink_logits": sink_logits}
         if num_kv_heads is not None or rope:
             kv_heads = num_heads if num_kv_heads is None else num_kv_heads
             self.attention = GroupedQueryAttention(d_model, num_heads, kv_heads, dropout,
-                                                   bias=True, rope=rope)
+                                                   bias=True, rope=rope, **scores)
         else:
             self.attention = MultiHeadAttention(d_model, d_model, d_model, d_model, num_heads,
-                                                dropout, bias=True)
+                                                dropout, bias=True, **scores)
         self.feed_forward = nn.Sequential(
             nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
         )
@@ -115,7 +123,7 @@ class TransformerBlock(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.settings = self.Settings(d_model, num_heads, d_ff, float(dropout), norm_first,
-                                      layer_norm_eps, num_kv_heads, rope)
+                                      layer_norm_eps, num_kv_heads, rope, score_mod, sink_logits)
 
     def forward(
         self,

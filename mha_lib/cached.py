@@ -18,6 +18,7 @@ from torch import Tensor
 from mha_lib._checks import check_tensor
 from mha_lib.masking import Visible, as_mask, check_positions, read_valid_lens, visible
 from mha_lib.masks import Mask, causal
+from mha_lib.scores import ScoreMod
 
 __all__ = ["AttentionCache", "cached_keys_values", "check_cached_attention", "query_positions"]
 
@@ -95,6 +96,9 @@ def cached_keys_values(
     v: Tensor,
     mask: Mask | Tensor | None,
     positions: Tensor | None,
+    *,
+    score_mod: ScoreMod | None = None,
+    sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Visible]:
     """Store the new keys and values in ``cache``; return the keys to attend to and the mask.
 
@@ -107,9 +111,9 @@ def cached_keys_values(
 
     Shapes:
         k, v: (B, Hkv, n, d), the new positions
-        returns: keys and values (B, Hkv, Lk, d), and the mask of the n queries
-            (:class:`mha_lib.masking.Visible`; nothing hidden for one new token that sees all
-            the cache holds)
+        returns: keys and values (B, Hkv, Lk, d), and the context of the n queries
+            (:class:`mha_lib.masking.Visible`, with ``score_mod`` and ``sinks`` at the absolute
+            positions; nothing hidden for one new token that sees all the cache holds)
     """
     if not isinstance(cache, AttentionCache):
         raise ValueError(
@@ -121,8 +125,9 @@ def cached_keys_values(
         mask = as_mask(read_valid_lens(mask, B, n, len(cache) + n, device=k.device)[0], None)
     q_positions = query_positions(cache, positions, B, n, k.device)
     k_all, v_all = cache.update(k, v, positions)  # (B, Hkv, Lk, d)
-    if mask is None and positions is None and n == 1:
-        return k_all, v_all, Visible(None, None)  # the newest token sees all the cache holds
+    scores = {"score_mod": score_mod, "sinks": sinks}
+    if mask is None and positions is None and n == 1:  # the newest token sees all the cache holds
+        return k_all, v_all, visible(None, B, q_positions, cache.key_positions(k.device), **scores)
     rule = causal() if cache.mask is None else causal() & cache.mask
     rule = rule if mask is None else rule & mask
-    return k_all, v_all, visible(rule, B, q_positions, cache.key_positions(k.device))
+    return k_all, v_all, visible(rule, B, q_positions, cache.key_positions(k.device), **scores)

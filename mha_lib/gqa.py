@@ -24,7 +24,6 @@ the language models that use grouped-query attention do.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -34,24 +33,13 @@ from mha_lib._checks import (
     check_not_meta,
     check_positive_int,
     check_probability,
-    quiet_when_traced,
 )
 from mha_lib._settings import build
-from mha_lib.attention import FiniteDotProductAttention, NonFiniteRule, check_qkv, score_operands
+from mha_lib.attention import FiniteDotProductAttention, score_operands
 from mha_lib.cached import query_positions
-from mha_lib.heads import merge_heads, split_heads
-from mha_lib.masking import as_mask, check_positions, softmax_over_kept, visible
-from mha_lib.masks import Mask
-from mha_lib.multihead import (
-    MultiHeadAttention,
-    attend_heads,
-    cached_keys_values,
-    check_cached_attention,
-    check_head_mask,
-    check_head_shapes,
-    read_lens_and_gates,
-    read_lens_and_finite,
-)
+from mha_lib.masking import check_positions, softmax_over_kept
+from mha_lib.multihead import MultiHeadAttention, AttentionLayer, check_head_shapes
+from mha_lib.scores import ScoreMod
 from mha_lib.positions import rotary
 
 __all__ = ["GroupedQueryAttention", "gqa_from_mha", "grouped_attention", "kv_head_of"]
@@ -121,7 +109,7 @@ def _check_grouped_extras(keep: object, dropout: object, shape: tuple[int, ...])
         raise ValueError(f"dropout must be None or a module, got {type(dropout).__name__}")
 
 
-class GroupedQueryAttention(nn.Module):
+class GroupedQueryAttention(AttentionLayer):
     """Multi-head attention whose ``num_heads`` query heads share ``num_kv_heads`` K/V heads.
 
     Shapes:
@@ -140,9 +128,17 @@ class GroupedQueryAttention(nn.Module):
         bias: whether the four projections have a bias.
         rope: rotate queries and keys by their positions (RoPE, :func:`mha_lib.positions.rotary`)
             after the projections; needs an even head size d.
+        score_mod, sink_logits: as for :class:`~mha_lib.multihead.MultiHeadAttention`.
+
+    The forward is :class:`~mha_lib.multihead.MultiHeadAttention`'s (one forward for both):
+    query head h reads key/value head h // (H / Hkv); with a cache, the cache stores Hkv heads
+    (the keys after RoPE); ``positions`` (without a cache, with ``rope=True``) place the queries
+    and keys of a self-attention, for RoPE, the mask and the score modification alike.
 
     ``module.settings`` holds these arguments (a :class:`GroupedQueryAttention.Settings`).
     """
+
+    _input_sizes = ("d_model",) * 3  # (queries, keys and values: D features)
 
     @dataclass(frozen=True)
     class Settings:
@@ -154,10 +150,12 @@ class GroupedQueryAttention(nn.Module):
         dropout: float
         bias: bool = False
         rope: bool = False
+        score_mod: ScoreMod | None = None
+        sink_logits: bool = False
 
     def __init__(
         self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float, bias: bool = False,
-        rope: bool = False,
+        rope: bool = False, *, score_mod: ScoreMod | None = None, sink_logits: bool = False,
     ) -> None:
         super().__init__()
         D = check_positive_int(d_model, "d_model")
@@ -181,66 +179,8 @@ class GroupedQueryAttention(nn.Module):
         self.W_k = nn.Linear(D, Hkv * self.head_size, bias=bias)
         self.W_v = nn.Linear(D, Hkv * self.head_size, bias=bias)
         self.W_o = nn.Linear(D, D, bias=bias)
-        self.settings = self.Settings(D, H, Hkv, float(dropout), bias, rope)
-
-    def forward(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Tensor | Sequence[float] | None = None,
-        *,
-        mask: Mask | None = None,
-        need_weights: bool = False,
-        head_mask: Tensor | None = None,
-        cache=None,
-        positions: Tensor | None = None,
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend from every query to the valid keys, each query head through its group's K/V head.
-
-        Args:
-            queries, keys, values: see the shape legend.
-            valid_lens: how many key-value pairs each example (B,) or query (B, Lq) may use;
-                with a cache, counted from the first cached position (at most L + Lq).
-            mask: a :class:`mha_lib.masks.Mask` (with valid lengths: both apply), at the
-                positions of the queries and keys (with a cache, as ``positions`` places them).
-            need_weights: also return the weights (B, H, Lq, Lk).
-            head_mask: gates of the query heads, (H,) or (B, H), multiplying each head's
-                output before ``W_o`` (as in ``MultiHeadAttention``).
-            cache: a ``mha_lib.decoding.KVCache`` (or one layer of it): the queries are new
-                positions of a self-attention, attending causally to the cached ones and to
-                themselves. The cache stores Hkv heads, not H (and the keys after RoPE).
-            positions: the positions of the queries (and, in self-attention, of the keys):
-                for RoPE, and with a cache for the causal rule (a query at position p sees
-                keys 0 .. p) and where the new keys are stored. Default: L .. L + Lq - 1, with
-                L the cached positions (0 without a cache); without a cache and with Lk != Lq
-                the keys sit at 0 .. Lk - 1. Prompts of different lengths decode as one batch
-                when each example gets its own positions (B, Lq): see ``mha_lib.decoding``.
-
-        Returns:
-            output (B, Lq, D), or ``(output, weights)``.
-
-        Raises:
-            ValueError: inputs that do not fit (sizes, dtype, device), bad valid lengths, head
-                mask, cache or positions.
-        """
-        mask, gates, finite = self._check_forward(
-            queries, keys, values, valid_lens, mask, need_weights, head_mask, cache, positions)
-        H, Hkv = self.num_heads, self.num_kv_heads
-        q = split_heads(self.W_q(queries), H)  # (B, Lq, D) -> (B, H, Lq, d)
-        k = split_heads(self.W_k(keys), Hkv)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
-        v = split_heads(self.W_v(values), Hkv)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
-        if self.rope:
-            q, k = self._rotate(q, k, cache, positions)
-        if cache is not None:  # decoding: the cached positions are keys too
-            k, v, seen = cached_keys_values(cache, k, v, mask, positions)
-        else:
-            seen = visible(mask, *queries.shape[:2], keys.shape[1], device=queries.device)
-        nonfinite = None if finite else lambda: NonFiniteRule.of(queries, keys, values, seen.raw)
-        out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
-                                    gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
-        output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
-        return (output, weights) if need_weights else output
+        self._init_scores(score_mod, sink_logits)  # (see MultiHeadAttention)
+        self.settings = self.Settings(D, H, Hkv, float(dropout), bias, rope, score_mod, sink_logits)
 
     def _rotate(self, q: Tensor, k: Tensor, cache, positions) -> tuple[Tensor, Tensor]:
         """RoPE: rotate queries (B, H, Lq, d) and keys (B, Hkv, Lk, d) by their positions."""
@@ -255,42 +195,6 @@ class GroupedQueryAttention(nn.Module):
         positions = positions.expand(B, Lq)  # (1 or B, Lq) -> (B, Lq)
         key_positions = positions if Lk == Lq else torch.arange(Lk, device=k.device)
         return rotary(q, positions), rotary(k, key_positions)
-
-    @quiet_when_traced
-    def _check_forward(self, queries, keys, values, valid_lens, mask, need_weights, head_mask,
-                       cache, positions):
-        """The checks of :meth:`forward` (at most one host read: valid lengths, head gates,
-        whether the inputs are finite); returns the mask (valid lengths included, or None), the
-        head gates (B, H) (or None) and whether the inputs are finite (as MultiHeadAttention's)."""
-        check_qkv(queries, keys, values)
-        check_bool(need_weights, "need_weights")
-        D, weight = self.W_q.in_features, self.W_q.weight
-        for name, x in (("queries", queries), ("keys", keys), ("values", values)):
-            if x.shape[-1] != D:
-                raise ValueError(f"{name} must have feature size d_model = {D}, got {x.shape[-1]}")
-            if x.dtype != weight.dtype or x.device != weight.device:
-                raise ValueError(
-                    f"{name} are {x.dtype} on {x.device} but the module's weights are "
-                    f"{weight.dtype} on {weight.device}: convert one with .to(...)"
-                )
-        B, Lq, _ = queries.shape
-        gates = check_head_mask(head_mask, self.num_heads, B, queries)
-        if cache is not None:  # (no rule for non-finite inputs with a cache)
-            num_keys = check_cached_attention(cache, queries, keys, positions)
-            valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
-                                                device=queries.device)
-            return as_mask(valid_lens, mask), gates, True
-        if positions is not None:
-            if not self.rope:
-                raise ValueError("positions are used with rope=True or with a cache, got neither")
-            check_positions(positions, B, Lq)
-            if keys.shape[1] != Lq:
-                raise ValueError(
-                    "positions place the queries and, in self-attention, the keys: with "
-                    f"{Lq} queries but {keys.shape[1]} keys, leave positions=None"
-                )
-        valid_lens, finite = read_lens_and_finite(queries, keys, values, valid_lens, gates)
-        return as_mask(valid_lens, mask), gates, finite
 
 
 def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAttention:
@@ -329,11 +233,14 @@ def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAtte
     Hkv = max(kv_head_of(H, num_kv_heads)) + 1  # checks that num_kv_heads divides H
     d, g = D // H, H // Hkv
     # mha's settings, less the sizes checked above, and Hkv
-    settings = GroupedQueryAttention.Settings(D, H, Hkv, s.dropout, bias=s.bias)
+    settings = GroupedQueryAttention.Settings(D, H, Hkv, s.dropout, bias=s.bias,
+                                              score_mod=s.score_mod, sink_logits=s.sink_logits)
     gqa = build(GroupedQueryAttention, settings, like=mha)
     with torch.no_grad():
         gqa.W_q.load_state_dict(mha.W_q.state_dict())
         gqa.W_o.load_state_dict(mha.W_o.state_dict())
+        if mha.sink_logits is not None:
+            gqa.sink_logits.copy_(mha.sink_logits)
         for name in ("W_k", "W_v"):
             source, target = getattr(mha, name), getattr(gqa, name)
             # (H*d, D) -> (Hkv, g, d, D) -> mean over the group -> (Hkv*d, D)

@@ -364,8 +364,9 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
     kept = [h for h in range(H) if h not in removed]
     rows = torch.cat([torch.arange(h * d, (h + 1) * d) for h in kept])  # (H'*d,)
     # Every other setting of mha is kept: H' heads of width H'*d, the same output width D
+    score_mod = None if mha.score_mod is None else mha.score_mod.for_heads(kept)
     pruned = rebuild(mha, d_model=len(kept) * d, num_heads=len(kept),
-                     output_size=mha.W_o.out_features)
+                     output_size=mha.W_o.out_features, score_mod=score_mod)
     with torch.no_grad():
         for name in ("W_q", "W_k", "W_v"):
             old, new = getattr(mha, name), getattr(pruned, name)
@@ -373,6 +374,8 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
             if old.bias is not None:
                 new.bias.copy_(old.bias[rows])  # (H*d,) -> (H'*d,)
         pruned.W_o.weight.copy_(mha.W_o.weight[:, rows])  # (D, H*d) -> (D, H'*d)
+        if mha.sink_logits is not None:
+            pruned.sink_logits.copy_(mha.sink_logits[kept])  # (H,) -> (H',)
         if mha.W_o.bias is not None:
             pruned.W_o.bias.copy_(mha.W_o.bias)
     return pruned

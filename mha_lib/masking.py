@@ -25,22 +25,17 @@ Three mask conventions meet in the literature; the named helpers below convert b
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from dataclasses import dataclass, replace
+from typing import Sequence
 
 import torch
 from torch import Tensor
 
-from mha_lib._checks import (
-    check_bool,
-    check_compute_dtype,
-    check_not_meta,
-    check_size,
-    check_tensor,
-    quiet_when_traced,
-    tracing,
-)
+from mha_lib._checks import (check_bool, check_compute_dtype, check_not_meta, check_size, check_tensor,
+                             quiet_when_traced, tracing)
 from mha_lib.lengths import CheckedLens, check_positions, check_valid_lens, lens_rows, read_valid_lens
 from mha_lib.masks import Mask, causal, padding
+from mha_lib.scores import ScoreMod
 
 __all__ = [
     "CheckedLens",
@@ -85,8 +80,13 @@ def as_mask(valid_lens: Tensor | Sequence[float] | CheckedLens | None, mask: Mas
     return lens if mask is None else lens & mask
 
 
-class Visible(NamedTuple):
-    """A mask evaluated at the positions of a call, as every attention path uses it.
+@dataclass(frozen=True, eq=False)
+class Visible:
+    """THE context of an attention call: its mask, and what else changes its scores.
+
+    Every path computes its scores through it: product -> :meth:`modify` -> mask ->
+    :meth:`softmax` (the weights path, the tiles), and :meth:`fused` decides whether the fused
+    kernel can take the call.
 
     Attributes:
         keep: bool (B or 1, Lq or 1, Lk), True = may attend, with every row that sees nothing
@@ -94,13 +94,24 @@ class Visible(NamedTuple):
             fused kernel; a filled row gives neither); None: every query sees every key.
         empty: bool (B or 1, Lq or 1, 1), the rows that see nothing, whose output the path
             sets to zeros; None: no such row.
+        score_mod: a :class:`~mha_lib.scores.ScoreMod`, or None.
+        sinks: (H,) learned sink logits: one more logit per head joins every query's softmax
+            and is dropped after (the weights then sum to less than 1), or None.
+        q_positions, k_positions: (B or 1, Lq), (B or 1, Lk) long, the TRUE positions (with a
+            cache: absolute) a modification reads; made only with a modification or sinks.
+        heads: how many heads the batch axis of 3-D scores holds (B*H, Lq, Lk): the layout a
+            path folded its heads into (:meth:`folded`).
         raw (a property): the keep mask before the filling (what the rule for NaN inputs
-            reads), or None; made only when asked for, so that a path holds one mask of the
-            scores' size, not two.
+            reads), or None; made only when asked for (one mask of the scores' size, not two).
     """
 
     keep: Tensor | None
     empty: Tensor | None
+    score_mod: ScoreMod | None = None
+    sinks: Tensor | None = None
+    q_positions: Tensor | None = None
+    k_positions: Tensor | None = None
+    heads: int = 1
 
     @property
     def raw(self) -> Tensor | None:
@@ -108,9 +119,86 @@ class Visible(NamedTuple):
             return self.keep
         return self.keep & ~self.empty
 
-    def heads(self) -> "Visible":
+    @property
+    def plain(self) -> bool:
+        """Nothing but a mask: no modification, no sinks."""
+        return self.score_mod is None and self.sinks is None
+
+    def _masks(self, change) -> "Visible":
+        return replace(self, keep=change(self.keep) if self.keep is not None else None,
+                       empty=change(self.empty) if self.empty is not None else None)
+
+    def with_heads(self) -> "Visible":
         """The same with a heads axis, (B or 1, 1, Lq or 1, .), that broadcasts over H heads."""
-        return Visible(*(None if t is None else t[:, None] for t in self))
+        return self._masks(lambda t: t[:, None])
+
+    def folded(self, fold, heads: int) -> "Visible":
+        """The same for scores whose batch axis holds ``heads`` heads: ``fold`` folds a mask."""
+        return replace(self._masks(fold), heads=heads)
+
+    def modify(self, scores: Tensor, rows: slice = slice(None), cols: slice = slice(None)) -> Tensor:
+        """The score modification, at the true positions (of the queries ``rows`` and the keys
+        ``cols``, for a tile). scores: (B, H, Lq, Lk), or 3-D with the heads folded into
+        the batch axis (see ``heads``); returns the same shape."""
+        if self.score_mod is None:
+            return scores
+        q_idx = self.q_positions[:, rows]  # (B or 1, Lq)
+        k_idx = self.k_positions[:, cols]  # (B or 1, Lk)
+        s = self._unfolded(scores, q_idx.shape[-1])  # (B, H, Lq, Lk)
+        s = self.score_mod(s, q_idx[:, None, :, None], k_idx[:, None, None, :])
+        return s.reshape(scores.shape)
+
+    def _unfolded(self, scores: Tensor, Lq: int) -> Tensor:  # (B*H, ., Lk) -> (B, H, Lq, Lk), a view
+        return scores if scores.dim() == 4 else scores.reshape(-1, self.heads, Lq, scores.shape[-1])
+
+    def softmax(self, scores: Tensor) -> Tensor:
+        """The weights from scores, 3-D or 4-D, a fresh product (overwritten unless autograd
+        needs it): modify -> mask -> softmax with the sinks (their weight dropped) -> zeros
+        for the rows that see nothing."""
+        scores = self.modify(scores)
+        if self.keep is not None:  # (filled rows keep a key)
+            fill = scores.masked_fill if scores.requires_grad else scores.masked_fill_
+            scores = fill(~self.keep, float("-inf"))
+        if self.sinks is None:
+            weights = scores.softmax(-1) if scores.requires_grad else torch.softmax(scores, -1, out=scores)
+        else:  # one more logit per head: (B, H, Lq, 1), in the scores' layout
+            s4 = self._unfolded(scores, self.q_positions.shape[-1])  # (B, H, Lq, Lk)
+            sink = self.sinks.to(scores.dtype)[None, :, None, None].expand(*s4.shape[:3], 1)
+            weights = torch.cat([s4, sink], -1).softmax(-1)[..., :-1]  # (B, H, Lq, Lk)
+            weights = weights.reshape(scores.shape)
+        return weights if self.empty is None else weights.masked_fill(self.empty, 0.0)
+
+    def fused(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor | None] | None:
+        """THE decision: what the fused kernel takes for this call, or None (the weights path).
+
+        Without a modification or sinks: the boolean keep mask (with a heads axis). An additive
+        modification: a float mask, its bias plus the mask's -inf. Sinks: one more key of zeros
+        (score 0, value 0) whose float mask entry is the sink logit. Other modifications: None.
+
+        Shapes:
+            q: (B, H, Lq, d); k, v: (B, Hkv, Lk, d)
+            returns: k, v (B, Hkv, Lk or Lk + 1, d) and the mask, broadcastable to
+                (B, H, Lq, Lk or Lk + 1)
+        """
+        keep = self.with_heads().keep  # (B or 1, 1, Lq or 1, Lk)
+        if self.plain:
+            return k, v, keep
+        if self.score_mod is not None and not self.score_mod.additive:
+            return None
+        B, H, Lq, _ = q.shape
+        Lk = k.shape[2]
+        bias = torch.zeros(1, 1, 1, Lk, dtype=q.dtype, device=q.device) if keep is None \
+            else keep_to_bias(keep, q.dtype)
+        if self.score_mod is not None:
+            q_idx, k_idx = self.q_positions[:, None, :, None], self.k_positions[:, None, None, :]
+            bias = bias + self.score_mod.bias(q_idx, k_idx).to(q.dtype)  # (B or 1, H, Lq, Lk)
+        if self.sinks is not None:
+            bias = bias.expand(bias.shape[0], H, Lq, Lk)  # (B or 1, H, Lq, Lk)
+            sink = self.sinks.to(q.dtype)[None, :, None, None].expand(bias.shape[0], H, Lq, 1)
+            bias = torch.cat([bias, sink], -1)  # (B or 1, H, Lq, Lk + 1)
+            zero = k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])  # (B, Hkv, 1, d)
+            k, v = torch.cat([k, zero], 2), torch.cat([v, zero], 2)  # (B, Hkv, Lk + 1, d)
+        return k, v, bias
 
 
 def visible(
@@ -122,8 +210,10 @@ def visible(
     q_offset: int = 0,
     shortcut: bool = True,
     device: torch.device | None = None,
+    score_mod: ScoreMod | None = None,
+    sinks: Tensor | None = None,
 ) -> Visible:
-    """THE builder: every attention path turns its mask into tensors here.
+    """THE builder: every attention path turns its mask (and score modification) into tensors here.
 
     Args:
         mask: a :class:`~mha_lib.masks.Mask` (see :func:`as_mask`), or None.
@@ -137,25 +227,41 @@ def visible(
             without a host read (valid lengths that are all Lk).
         device: where the mask is built, with Lq and Lk given as numbers: the queries' device
             (a mask without data has no device of its own; one with data is read there).
+        score_mod: a :class:`~mha_lib.scores.ScoreMod`, or None.
+        sinks: the layer's sink logits (H,), or None.
 
     Returns:
         a :class:`Visible` (the values are not read: no host synchronisation for masks
         without data to check, and none for valid lengths that were checked before).
 
     Raises:
-        ValueError: as :meth:`mha_lib.masks.Mask.keep`.
+        ValueError: as :meth:`mha_lib.masks.Mask.keep`; score_mod not a ScoreMod.
     """
-    if mask is None:
-        return Visible(None, None)
     batch_size, q_positions, k_positions = (_traced_size(x) for x in (batch_size, q_positions, k_positions))
+    scored = _scored(score_mod, sinks, q_positions, k_positions, q_offset, device)
+    if mask is None:
+        return Visible(None, None, **scored)
     if isinstance(q_positions, int) and isinstance(k_positions, int):
         if shortcut and mask.sees_everything(k_positions):  # e.g. valid lengths that are all Lk
-            return Visible(None, None)
+            return Visible(None, None, **scored)
         raw = mask.dense(batch_size, q_positions, k_positions, q_offset, device=device, expand=False)
     else:
         raw = mask.keep(q_positions, k_positions, batch_size=batch_size)
     empty = ~raw.any(-1, keepdim=True)  # (B or 1, Lq or 1, 1)
-    return Visible(raw | empty, empty)  # (raw is made again only when asked for: Visible.raw)
+    return Visible(raw | empty, empty, **scored)  # (raw is made again only when asked for: Visible.raw)
+
+
+def _scored(score_mod, sinks, q_positions, k_positions, q_offset, device) -> dict:
+    """The fields of :class:`Visible` beyond the mask (with them, the true positions)."""
+    if score_mod is None and sinks is None:
+        return {}
+    if score_mod is not None and not isinstance(score_mod, ScoreMod):
+        raise ValueError("score_mod must be a mha_lib.scores.ScoreMod (alibi(H), softcap(cap), "
+                         f"...) or None, got {type(score_mod).__name__}")
+    q_idx, k_idx = (torch.arange(offset, offset + p, device=device)[None] if isinstance(p, int)
+                    else (p if p.dim() == 2 else p[None]).to(device)  # (B or 1, L)
+                    for p, offset in ((q_positions, q_offset), (k_positions, 0)))
+    return {"score_mod": score_mod, "sinks": sinks, "q_positions": q_idx, "k_positions": k_idx}
 
 
 @quiet_when_traced
@@ -210,7 +316,7 @@ def mask_from_valid_lens(
     Lq = lens.lens.shape[1] if lens.lens.dim() == 2 else 1
     seen = visible(padding(lens), lens.lens.shape[0], Lq, num_keys, shortcut=False,
                    device=lens.lens.device)
-    seen = seen.heads() if heads else seen
+    seen = seen.with_heads() if heads else seen
     keep, empty = (seen.keep, seen.empty) if fill_empty else (seen.raw, None)
     return (keep if bias_dtype is None else keep_to_bias(keep, bias_dtype)), empty
 

@@ -23,7 +23,7 @@ attend with the mask, merge the heads, ``W_o``. Everything around it has a name 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import torch
@@ -51,107 +51,73 @@ from mha_lib.attention import (
 )
 from mha_lib.cached import AttentionCache, cached_keys_values, check_cached_attention
 from mha_lib.heads import merge_heads, split_heads
-from mha_lib.masking import CheckedLens, Visible, as_mask, read_valid_lens, visible
+from mha_lib.masking import CheckedLens, Visible, as_mask, check_positions, read_valid_lens, visible
+from mha_lib.scores import ScoreMod
 from mha_lib.masks import Mask
 
 __all__ = [
     "AttentionCache",
+    "AttentionLayer",
     "MultiHeadAttention",
     "attend_heads",
     "cached_keys_values",
     "check_cached_attention",
-    "check_head_mask",
     "check_head_shapes",
-    "read_lens_and_gates",
-    "read_lens_and_finite",
 ]
 
 
-class MultiHeadAttention(nn.Module):
-    """Multi-head attention with the d2l.ai chapter's signature (PyTorch edition).
+class AttentionLayer(nn.Module):
+    """What ``MultiHeadAttention`` and ``GroupedQueryAttention`` share: ONE forward, the
+    score modification and the sink logits (``mha_lib.gqa`` adds RoPE and fewer K/V heads)."""
 
-    Each head ``h`` attends with its own slice of the projections ``W_q``, ``W_k``, ``W_v``;
-    the H head outputs are concatenated and mixed by ``W_o``.
+    rope = False  # (GroupedQueryAttention may rotate queries and keys)
 
-    Shapes:
-        queries: (B, Lq, query_size)
-        keys: (B, Lk, key_size)
-        values: (B, Lk, value_size)
-        valid_lens: None, (B,) or (B, Lq)
-        head_mask: None, (H,) or (B, H)
-        output: (B, Lq, D); weights: (B, H, Lq, Lk)
+    def _init_scores(self, score_mod: ScoreMod | None, sink_logits: bool) -> None:
+        """Keep ``score_mod`` (a :class:`~mha_lib.scores.ScoreMod` or None) and, with
+        ``sink_logits``, a parameter (H,): one learned logit per head joins every softmax."""
+        if score_mod is not None and not isinstance(score_mod, ScoreMod):
+            raise ValueError("score_mod must be a mha_lib.scores.ScoreMod (alibi(H), softcap(cap), "
+                             f"...) or None, got {type(score_mod).__name__}")
+        if score_mod is not None and score_mod.num_heads not in (None, self.num_heads):
+            raise ValueError(f"score_mod is for {score_mod.num_heads} heads, the layer has "
+                             f"num_heads = {self.num_heads}")
+        self.score_mod = score_mod
+        self.sink_logits = nn.Parameter(torch.zeros(self.num_heads)) if check_bool(
+            sink_logits, "sink_logits") else None
 
-    Args:
-        key_size: feature size of the keys.
-        query_size: feature size of the queries.
-        value_size: feature size of the values.
-        d_model: D, the projection width; must be divisible by ``num_heads``.
-        num_heads: H.
-        dropout: dropout rate on the attention weights, in [0, 1).
-        bias: whether the four projections have a bias.
-        output_size: the width of the output (default D; a module whose heads were pruned
-            keeps its output width, with fewer heads).
+    #: The names of the inputs' feature sizes, in the error messages of :meth:`check_inputs`.
+    _input_sizes = ("query_size", "key_size", "value_size")
 
-    ``module.settings`` holds these arguments (a :class:`MultiHeadAttention.Settings`): code
-    that rebuilds the module changed (pruning, conversions) starts from it and keeps the rest.
-    """
+    def check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
+        """Raise a ``ValueError`` unless the inputs fit this module.
 
-    @dataclass(frozen=True)
-    class Settings:
-        """The constructor's arguments, by name (see the class)."""
+        They must be 3-D floating-point tensors with one batch size, as many keys as values,
+        the configured feature sizes, and the dtype and device of the module's weights.
+        """
+        check_qkv(queries, keys, values)
+        weight = self.W_q.weight
+        expected = zip(("queries", "keys", "values"), (queries, keys, values),
+                       (self.W_q.in_features, self.W_k.in_features, self.W_v.in_features),
+                       self._input_sizes)
+        for name, x, size, setting in expected:
+            if x.shape[-1] != size:
+                raise ValueError(
+                    f"{name} must have feature size {setting} = {size}, "
+                    f"got {x.shape[-1]} (shape {tuple(x.shape)})"
+                )
+            if x.dtype != weight.dtype or x.device != weight.device:
+                raise ValueError(
+                    f"{name} are {x.dtype} on {x.device} but the module's weights are "
+                    f"{weight.dtype} on {weight.device}: convert one with .to(...)"
+                )
 
-        key_size: int
-        query_size: int
-        value_size: int
-        d_model: int
-        num_heads: int
-        dropout: float
-        bias: bool = False
-        output_size: int | None = None  # None: D
-
-        def __post_init__(self) -> None:
-            if self.output_size == self.d_model:  # one way to say "the default"
-                object.__setattr__(self, "output_size", None)
-
-    def __init__(
-        self,
-        key_size: int,
-        query_size: int,
-        value_size: int,
-        d_model: int,
-        num_heads: int,
-        dropout: float,
-        bias: bool = False,
-        *,
-        output_size: int | None = None,
-    ) -> None:
-        super().__init__()
-        sizes = {"key_size": key_size, "query_size": query_size, "value_size": value_size,
-                 "d_model": d_model, "output_size": d_model if output_size is None else output_size}
-        for name, size in sizes.items():
-            check_positive_int(size, name)
-        check_bool(bias, "bias")
-        self.num_heads = check_positive_int(num_heads, "num_heads")
-        if d_model % num_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
-        # Returns the weights when asked (DotProductAttention in fewer passes; see forward)
-        self.attention = FiniteDotProductAttention(check_probability(dropout, "dropout"))
-        self.W_q = nn.Linear(query_size, d_model, bias=bias)
-        self.W_k = nn.Linear(key_size, d_model, bias=bias)
-        self.W_v = nn.Linear(value_size, d_model, bias=bias)
-        self.W_o = nn.Linear(d_model, sizes["output_size"], bias=bias)
-        self.settings = self.Settings(key_size, query_size, value_size, d_model, num_heads,
-                                      float(dropout), bias, output_size)
-
-    @property
-    def d_model(self) -> int:
-        """H*d, the width of the query/key/value projections (D, unless heads were pruned)."""
-        return self.W_q.out_features
-
-    @property
-    def head_size(self) -> int:
-        """d = D / H."""
-        return self.d_model // self.num_heads
+    def check_plain_scores(self, target: str) -> None:
+        """Raise a ``ValueError`` naming ``score_mod`` or ``sink_logits`` when the layer has
+        one: a converter to ``target``, a layer that has neither, refuses it by name."""
+        for name, value in (("score_mod", self.score_mod), ("sink_logits", self.sink_logits)):
+            if value is not None:
+                raise ValueError(f"{target} has no {name}: convert a layer with {name}=None/False, "
+                                 f"got {name}={value!r}")
 
     def forward(
         self,
@@ -180,8 +146,9 @@ class MultiHeadAttention(nn.Module):
         ``cache`` (a ``mha_lib.decoding.KVCache``, or one layer of it) decodes step by step:
         the queries are n new positions (keys and values: the same positions) that attend
         causally to the cached ones and to themselves. ``positions`` (n,) or (B, n) places
-        them (default: right after the cached ones); ``valid_lens`` then count the keys from
-        the first cached position, as :func:`cached_keys_values` explains.
+        them (default: right after the cached ones; without a cache, with RoPE, they place the
+        queries and keys of a self-attention); ``valid_lens`` then count the keys from the
+        first cached position, as :func:`cached_keys_values` explains.
 
         A NaN or infinite input reaches only the output rows (and weights) of the queries that
         may attend to it: those rows are NaN (see :class:`NonFiniteRule`).
@@ -189,66 +156,166 @@ class MultiHeadAttention(nn.Module):
         Returns:
             output (B, Lq, D), or ``(output, weights)`` with weights (B, H, Lq, Lk).
         """
-        mask, gates, finite = self._check_forward(
+        mask, gates, finite, positions = self._check_forward(
             queries, keys, values, valid_lens, mask, need_weights, head_mask, cache, positions)
-        H = self.num_heads
-        q = split_heads(self.W_q(queries), H)  # (B, Lq, D) -> (B, H, Lq, d)
-        k = split_heads(self.W_k(keys), H)  # (B, Lk, D) -> (B, H, Lk, d)
-        v = split_heads(self.W_v(values), H)  # (B, Lk, D) -> (B, H, Lk, d)
+        q = split_heads(self.W_q(queries), self.num_heads)  # (B, Lq, D) -> (B, H, Lq, d)
+        k = split_heads(self.W_k(keys), self.num_kv_heads)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
+        v = split_heads(self.W_v(values), self.num_kv_heads)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
+        if self.rope:  # (GroupedQueryAttention: rotary positions, chapter 10)
+            q, k = self._rotate(q, k, cache, positions)
         if cache is not None:  # decoding (chapter 9): the cached positions are keys too
-            k, v, seen = cached_keys_values(cache, k, v, mask, positions)
-        else:  # the mask at the positions of the queries and keys, 0, 1, ...
-            seen = visible(mask, *queries.shape[:2], keys.shape[1], device=queries.device)
+            k, v, seen = cached_keys_values(cache, k, v, mask, positions, **self._scores())
+        else:  # the mask (and score modification) at the positions of the queries and keys
+            seen = self._visible(mask, queries, keys, positions)
         nonfinite = None if finite else lambda: NonFiniteRule.of(queries, keys, values, seen.raw)
         out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
                                     gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
         output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
         return (output, weights) if need_weights else output
 
+    def _scores(self) -> dict:
+        """What changes the scores besides the mask (the context's ``score_mod`` and ``sinks``)."""
+        return {"score_mod": self.score_mod, "sinks": self.sink_logits}
+
+    def _visible(self, mask, queries: Tensor, keys: Tensor, positions: Tensor | None):
+        """The context of a call without a cache: the mask at the queries and keys 0, 1, ...
+        (valid lengths count them); the modification at the true positions, ``positions``
+        (B, Lq) of a self-attention when given (with RoPE)."""
+        seen = visible(mask, *queries.shape[:2], keys.shape[1], device=queries.device,
+                       **self._scores())
+        if positions is None or seen.q_positions is None:
+            return seen
+        return replace(seen, q_positions=positions, k_positions=positions)
+
     @quiet_when_traced
     def _check_forward(self, queries, keys, values, valid_lens, mask, need_weights, head_mask,
                        cache, positions):
         """The checks of :meth:`forward`, with at most one host read (the valid lengths' values,
-        and whether the inputs are finite); returns the mask (valid lengths included, or None),
-        the head gates (B, H) or None, and whether the inputs are finite (None: not read)."""
+        the head gates, whether the inputs are finite); returns the mask (valid lengths included,
+        or None), the head gates (B, H) or None, whether the inputs are finite (None: not read)
+        and the positions ((B, Lq) on the queries' device, or None)."""
         self.check_inputs(queries, keys, values)
         check_bool(need_weights, "need_weights")
         B, Lq, _ = queries.shape
-        gates = check_head_mask(head_mask, self.num_heads, B, queries)
+        gates = _check_head_mask(head_mask, self.num_heads, B, queries)
         if cache is not None:  # (no rule for non-finite inputs with a cache)
             num_keys = check_cached_attention(cache, queries, keys, positions)
-            valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
+            valid_lens, _ = _read_lens_and_gates(valid_lens, B, Lq, num_keys, gates,
                                                 device=queries.device)
-            return as_mask(valid_lens, mask), gates, True
+            return as_mask(valid_lens, mask), gates, True, positions
         if positions is not None:
-            raise ValueError("positions place new tokens in a cache: pass cache= too")
-        valid_lens, finite = read_lens_and_finite(queries, keys, values, valid_lens, gates)
-        return as_mask(valid_lens, mask), gates, finite
-
-    def check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
-        """Raise a ``ValueError`` unless the inputs fit this module.
-
-        They must be 3-D floating-point tensors with one batch size, as many keys as values,
-        the configured feature sizes, and the dtype and device of the module's weights.
-        """
-        check_qkv(queries, keys, values)
-        weight = self.W_q.weight
-        expected = (
-            ("queries", queries, self.W_q.in_features, "query_size"),
-            ("keys", keys, self.W_k.in_features, "key_size"),
-            ("values", values, self.W_v.in_features, "value_size"),
-        )
-        for name, x, size, setting in expected:
-            if x.shape[-1] != size:
+            if not self.rope:
+                raise ValueError("positions are used with rope=True or with a cache, got neither "
+                                 "(positions place new tokens in a cache: pass cache= too)")
+            positions = check_positions(positions, B, Lq).to(queries.device)  # (B, Lq)
+            if keys.shape[1] != Lq:
                 raise ValueError(
-                    f"{name} must have feature size {setting} = {size}, "
-                    f"got {x.shape[-1]} (shape {tuple(x.shape)})"
+                    "positions place the queries and, in self-attention, the keys: with "
+                    f"{Lq} queries but {keys.shape[1]} keys, leave positions=None"
                 )
-            if x.dtype != weight.dtype or x.device != weight.device:
-                raise ValueError(
-                    f"{name} are {x.dtype} on {x.device} but the module's weights are "
-                    f"{weight.dtype} on {weight.device}: convert one with .to(...)"
-                )
+        valid_lens, finite = _read_lens_and_finite(queries, keys, values, valid_lens, gates)
+        return as_mask(valid_lens, mask), gates, finite, positions
+
+
+class MultiHeadAttention(AttentionLayer):
+    """Multi-head attention with the d2l.ai chapter's signature (PyTorch edition).
+
+    Each head ``h`` attends with its own slice of the projections ``W_q``, ``W_k``, ``W_v``;
+    the H head outputs are concatenated and mixed by ``W_o``.
+
+    Shapes:
+        queries: (B, Lq, query_size)
+        keys: (B, Lk, key_size)
+        values: (B, Lk, value_size)
+        valid_lens: None, (B,) or (B, Lq)
+        head_mask: None, (H,) or (B, H)
+        output: (B, Lq, D); weights: (B, H, Lq, Lk)
+
+    Args:
+        key_size: feature size of the keys.
+        query_size: feature size of the queries.
+        value_size: feature size of the values.
+        d_model: D, the projection width; must be divisible by ``num_heads``.
+        num_heads: H.
+        dropout: dropout rate on the attention weights, in [0, 1).
+        bias: whether the four projections have a bias.
+        output_size: the width of the output (default D; a module whose heads were pruned
+            keeps its output width, with fewer heads).
+        score_mod: a :class:`mha_lib.scores.ScoreMod` applied to every score before the mask
+            (``alibi(H)``, ``softcap(cap)``, ...), or None.
+        sink_logits: a learned logit per head, ``module.sink_logits`` (H,), joins every
+            query's softmax and is dropped (the weights then sum to less than 1).
+
+    ``module.settings`` holds these arguments (a :class:`MultiHeadAttention.Settings`): code
+    that rebuilds the module changed (pruning, conversions) starts from it and keeps the rest.
+    """
+
+    @dataclass(frozen=True)
+    class Settings:
+        """The constructor's arguments, by name (see the class)."""
+
+        key_size: int
+        query_size: int
+        value_size: int
+        d_model: int
+        num_heads: int
+        dropout: float
+        bias: bool = False
+        output_size: int | None = None  # None: D
+        score_mod: ScoreMod | None = None
+        sink_logits: bool = False
+
+        def __post_init__(self) -> None:
+            if self.output_size == self.d_model:  # one way to say "the default"
+                object.__setattr__(self, "output_size", None)
+
+    def __init__(
+        self,
+        key_size: int,
+        query_size: int,
+        value_size: int,
+        d_model: int,
+        num_heads: int,
+        dropout: float,
+        bias: bool = False,
+        *,
+        output_size: int | None = None,
+        score_mod: ScoreMod | None = None,
+        sink_logits: bool = False,
+    ) -> None:
+        super().__init__()
+        sizes = {"key_size": key_size, "query_size": query_size, "value_size": value_size,
+                 "d_model": d_model, "output_size": d_model if output_size is None else output_size}
+        for name, size in sizes.items():
+            check_positive_int(size, name)
+        check_bool(bias, "bias")
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        # Returns the weights when asked (DotProductAttention in fewer passes; see forward)
+        self.attention = FiniteDotProductAttention(check_probability(dropout, "dropout"))
+        self.W_q = nn.Linear(query_size, d_model, bias=bias)
+        self.W_k = nn.Linear(key_size, d_model, bias=bias)
+        self.W_v = nn.Linear(value_size, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, sizes["output_size"], bias=bias)
+        self._init_scores(score_mod, sink_logits)  # (see AttentionLayer)
+        self.settings = self.Settings(key_size, query_size, value_size, d_model, num_heads,
+                                      float(dropout), bias, output_size, score_mod, sink_logits)
+
+    @property
+    def num_kv_heads(self) -> int:
+        """Hkv = H: every query head has its own key/value head."""
+        return self.num_heads
+
+    @property
+    def d_model(self) -> int:
+        """H*d, the width of the query/key/value projections (D, unless heads were pruned)."""
+        return self.W_q.out_features
+
+    @property
+    def head_size(self) -> int:
+        """d = D / H."""
+        return self.d_model // self.num_heads
 
 
 def attend_heads(
@@ -303,8 +370,9 @@ def attend_heads(
         if nonfinite is not None:
             k, v = nonfinite.usable(k), nonfinite.usable(v)
         q = fit_queries(q, k)  # query rows whose scores could overflow: scaled down (see there)
-    attend = _attend_folded if need_weights else _attend_fused
-    out, weights = attend(q, k, v, seen, attention, nonfinite)
+    fast = None if need_weights else _attend_fused(q, k, v, seen, attention, nonfinite)
+    out, weights = fast if fast is not None else _attend_folded(q, k, v, seen, attention, nonfinite)
+    weights = weights if need_weights else None
     if gates is not None:
         out = out * gates[:, :, None, None]  # (B, H) -> (B, H, 1, 1)
     return out, weights
@@ -364,16 +432,21 @@ def _check_heads(q, k, v, mask, attention, need_weights, gates) -> Visible:
     return visible(mask, B, Lq, Lk, device=q.device)
 
 
-def _attend_fused(q, k, v, seen, attention, nonfinite) -> tuple[Tensor, None]:
-    """The fast path: ``F.scaled_dot_product_attention``, (B, H, Lq, d) -> (B, H, Lq, d), no weights."""
+def _attend_fused(q, k, v, seen, attention, nonfinite) -> tuple[Tensor, None] | None:
+    """The fast path: ``F.scaled_dot_product_attention``, (B, H, Lq, d) -> (B, H, Lq, d), no
+    weights; None when the kernel cannot take the call (:meth:`~mha_lib.masking.Visible.fused`)."""
     if _size(k, 2) == 0:  # no keys: nothing to attend to (the kernel would spread a NaN query)
         return q.new_zeros(*q.shape[:3], v.shape[-1]), None
-    keep, empty = seen.heads()  # (B or 1, 1, Lq or 1, Lk): broadcasts over the heads
+    operands = seen.fused(q, k, v)  # k, v (a key more for sinks) and the kernel's mask
+    if operands is None:
+        return None
+    k, v, attn_mask = operands
     dropout_p = attention.dropout.p if attention.training else 0.0
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
                                          enable_gqa=_grouped(q, k))  # (B, H, Lq, d)
     # Write over the kernel's output, unless autograd keeps it (or a graph is being recorded)
     mine = not (out.requires_grad or tracing())
+    empty = seen.with_heads().empty  # (B or 1, 1, Lq or 1, 1)
     if empty is not None:  # a query that sees nothing attended anywhere: zero it
         out = out.masked_fill_(empty, 0.0) if mine else out.masked_fill(empty, 0.0)
     return (out if nonfinite is None else nonfinite.spoil(out, inplace=mine)), None
@@ -406,8 +479,8 @@ def _attend_folded(q, k, v, seen, attention, nonfinite) -> tuple[Tensor, Tensor]
     q = q.reshape(B * Hkv, g * Lq, d)  # (B, H, Lq, d) -> (B*Hkv, g*Lq, d)
     k = k.reshape(B * Hkv, Lk, d)  # (B, Hkv, Lk, d) -> (B*Hkv, Lk, d)
     v = v.reshape(B * Hkv, Lk, v.shape[-1])  # (B, Hkv, Lk, d) -> (B*Hkv, Lk, d)
-    if seen.keep is not None:  # row b*Hkv + j of the folded batch belongs to example b
-        seen = Visible(*(_fold_mask(t, B, Hkv, g) for t in seen))
+    # row b*Hkv + j of the folded batch belongs to example b; its rows hold g heads' queries
+    seen = seen.folded(lambda t: _fold_mask(t, B, Hkv, g), H)
     out, weights = attention(q, k, v, mask=seen, need_weights=True)
     # out: (B*Hkv, g*Lq, d) -> (B, H, Lq, d); weights: (B*Hkv, g*Lq, Lk) -> (B, H, Lq, Lk)
     return out.reshape(B, H, Lq, v.shape[-1]), weights.reshape(B, H, Lq, Lk)
@@ -423,12 +496,12 @@ def _fold_mask(t: Tensor, B: int, Hkv: int, g: int) -> Tensor:
     return t[:, None, None].expand(B, Hkv, g, Lq, n).reshape(B * Hkv, g * Lq, n)
 
 
-def check_head_mask(
+def _check_head_mask(
     head_mask: object, num_heads: int, batch_size: int, like: Tensor
 ) -> Tensor | None:
     """Return the head gates as a (B, H) tensor of ``like``'s dtype and device, or None.
 
-    Only type and shape are checked here; :func:`read_lens_and_gates` checks that the gates are
+    Only type and shape are checked here; :func:`_read_lens_and_gates` checks that the gates are
     finite (reading them with the valid lengths, in one host read).
 
     Args:
@@ -457,7 +530,7 @@ def check_head_mask(
     return head_mask.expand(batch_size, H)  # (H,) or (B, H) -> (B, H)
 
 
-def read_lens_and_gates(
+def _read_lens_and_gates(
     valid_lens: object,
     batch_size: int,
     num_queries: int,
@@ -468,7 +541,7 @@ def read_lens_and_gates(
 ) -> tuple[CheckedLens | None, list[float | None]]:
     """Check the valid lengths' values and that the head gates are finite, in ONE host read.
 
-    :func:`mha_lib.masking.read_valid_lens` with the gates of :func:`check_head_mask`: an
+    :func:`mha_lib.masking.read_valid_lens` with the gates of :func:`_check_head_mask`: an
     attention layer's forward reads values from the device at most once (not at all without
     valid lengths and head gates).
 
@@ -486,10 +559,10 @@ def read_lens_and_gates(
     return valid_lens, values[len(flags):]
 
 
-def read_lens_and_finite(
+def _read_lens_and_finite(
     queries: Tensor, keys: Tensor, values: Tensor, valid_lens: object, gates: Tensor | None
 ) -> tuple[CheckedLens | None, bool | None]:
-    """:func:`read_lens_and_gates` for an attention layer without a cache, and whether its
+    """:func:`_read_lens_and_gates` for an attention layer without a cache, and whether its
     inputs are finite (read together with the valid lengths: one host read; without valid
     lengths nothing is read and this is None: the rule for NaN and infinite inputs,
     :class:`NonFiniteRule`, is then worked out on the device).
@@ -499,9 +572,9 @@ def read_lens_and_finite(
     """
     B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
     if valid_lens is None or _read_first(queries):  # (the CPU asks later, in attend_heads)
-        valid_lens, _ = read_lens_and_gates(valid_lens, B, Lq, Lk, gates, device=queries.device)
+        valid_lens, _ = _read_lens_and_gates(valid_lens, B, Lq, Lk, gates, device=queries.device)
         return valid_lens, None
-    valid_lens, (finite,) = read_lens_and_gates(valid_lens, B, Lq, Lk, gates,
+    valid_lens, (finite,) = _read_lens_and_gates(valid_lens, B, Lq, Lk, gates,
                                                 all_finite(queries, keys, values),
                                                 device=queries.device)
     return valid_lens, None if finite is None else bool(finite)

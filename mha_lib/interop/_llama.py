@@ -93,6 +93,7 @@ def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None
     if not isinstance(gqa, GroupedQueryAttention) or not gqa.rope:
         got = type(gqa).__name__ + (" with rope=False" if isinstance(gqa, GroupedQueryAttention) else "")
         raise ValueError(f"gqa must be an mha_lib.gqa.GroupedQueryAttention with rope=True, got {got}")
+    gqa.check_plain_scores("LlamaAttention")
     s = gqa.settings  # every option of gqa, each one mapped (rope: checked above)
     H, Hkv, d = s.num_heads, s.num_kv_heads, s.d_model // s.num_heads
     sizes = dict(hidden_size=s.d_model, num_attention_heads=H, num_key_value_heads=Hkv, head_dim=d,

@@ -22,6 +22,7 @@ from mha_lib._checks import check_positive_int
 from mha_lib.flash import tiled_attention
 from mha_lib.masks import Mask, causal, chunked, document, padding, prefix_lm, sinks, sliding_window
 from mha_lib.multihead import MultiHeadAttention
+from mha_lib.scores import ScoreMod
 
 __all__ = ["PRESETS", "compose", "mask_lab", "mask_lab_figure", "static_mask_lab"]
 
@@ -60,11 +61,12 @@ def compose(*, causal_: bool = True, window: int = 0, num_sinks: int = 0, prefix
     return rule if rule is not None else padding([L])  # nothing hidden
 
 
-def _panels(mask: Mask, L: int, block_size: int, seed: int = 0):
-    """The three matrices of the lab: keep (L, L), weights of head 0 (L, L), tile states."""
+def _panels(mask: Mask, L: int, block_size: int, seed: int = 0, score_mod: ScoreMod | None = None):
+    """The three matrices of the lab: keep (L, L), weights of head 0 (L, L) (of a layer of 2
+    heads with ``score_mod``), tile states."""
     keep = mask.dense(1, L, L)[0]  # (L, L)
     torch.manual_seed(seed)
-    mha = MultiHeadAttention(8, 8, 8, 8, 2, 0.0).eval()
+    mha = MultiHeadAttention(8, 8, 8, 8, 2, 0.0, score_mod=score_mod).eval()
     x = torch.randn(1, L, 8)
     with torch.no_grad():
         _, weights = mha(x, x, x, mask=mask, need_weights=True)  # (1, H, L, L)
@@ -72,8 +74,8 @@ def _panels(mask: Mask, L: int, block_size: int, seed: int = 0):
     return keep.float(), weights[0, 0], tiles
 
 
-def _traces(mask: Mask, L: int, block_size: int) -> list[go.Heatmap]:
-    keep, weights, tiles = _panels(mask, L, block_size)
+def _traces(mask: Mask, L: int, block_size: int, score_mod: ScoreMod | None = None) -> list[go.Heatmap]:
+    keep, weights, tiles = _panels(mask, L, block_size, score_mod=score_mod)
     states = tiles.states.float()  # (nQ, nK)
     text = [[_TILE_TEXT[int(s)] for s in row] for row in tiles.states.tolist()]
     ticks = list(range(L))
@@ -99,13 +101,17 @@ def _frame(L: int) -> go.Figure:
     return fig
 
 
-def mask_lab_figure(mask: Mask, L: int = 12, *, block_size: int = 4) -> go.Figure:
-    """One mask seen three ways: its matrix, head 0's weights under it, and the tiles of
-    ``block_size`` x ``block_size`` that tiled attention skips, masks or computes without a mask."""
+def mask_lab_figure(mask: Mask, L: int = 12, *, block_size: int = 4,
+                    score_mod: ScoreMod | None = None) -> go.Figure:
+    """One mask seen three ways: its matrix, head 0's weights under it (of a layer of 2 heads
+    with ``score_mod``, e.g. ``alibi(2)``), and the tiles of ``block_size`` x ``block_size``
+    that tiled attention skips, masks or computes without a mask."""
     fig = _frame(check_positive_int(L, "L"))
-    for col, trace in enumerate(_traces(mask, L, check_positive_int(block_size, "block_size")), 1):
+    traces = _traces(mask, L, check_positive_int(block_size, "block_size"), score_mod)
+    for col, trace in enumerate(traces, 1):
         fig.add_trace(trace, row=1, col=col)
-    fig.update_layout(title_text=repr(mask) if len(repr(mask)) < 80 else None)
+    title = repr(mask) if score_mod is None else f"{mask!r}, score_mod={score_mod!r}"
+    fig.update_layout(title_text=title if len(title) < 80 else None)
     return fig
 
 

@@ -27,6 +27,7 @@ from mha_lib.flash import tiled_attention
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.lm import Config, StoryLM
 from mha_lib.masks import causal, chunked, document, padding, prefix_lm, sinks, sliding_window
+from mha_lib.scores import alibi, softcap
 
 OTHER = torch.device("lazy")
 #: Operations that bring a value back to the host (a GPU waits for the device to get there).
@@ -195,24 +196,39 @@ MASKS = {
 MASKS_WITHOUT_DATA = ("none", "causal", "sliding_window", "window_or_sinks", "prefix_lm", "chunked")
 
 
-def _layers():
+#: Score modifications and sink logits (the layers' arguments); each reaches every path.
+SCORES = {
+    "plain": {},
+    "alibi_sinks": {"score_mod": alibi(H), "sink_logits": True},  # the fused kernel: a float mask, a key more
+    "softcap": {"score_mod": softcap(2.0)},  # the weights path
+    "alibi_softcap_sinks": {"score_mod": alibi(H) >> softcap(2.0), "sink_logits": True},
+}
+
+
+def _layers(scores=SCORES["plain"]):
     torch.manual_seed(0)
-    return {
-        "mha": MultiHeadAttention(D, D, D, D, H, 0.0).eval(),
-        "gqa": GroupedQueryAttention(D, H, 1, 0.0, rope=True).eval(),
-        "block": TransformerBlock(D, H, 16, 0.0).eval(),
+    layers = {
+        "mha": MultiHeadAttention(D, D, D, D, H, 0.0, **scores).eval(),
+        "gqa": GroupedQueryAttention(D, H, 1, 0.0, rope=True, **scores).eval(),
+        "block": TransformerBlock(D, H, 16, 0.0, **scores).eval(),
     }
+    with torch.no_grad():
+        for layer in layers.values():
+            for p in (m.sink_logits for m in layer.modules() if getattr(m, "sink_logits", None) is not None):
+                p.normal_()
+    return layers
 
 
 def _x():
     return torch.randn(B, L, D, generator=torch.Generator().manual_seed(1))
 
 
+@pytest.mark.parametrize("scores", list(SCORES))
 @pytest.mark.parametrize("mask_name", list(MASKS))
 @pytest.mark.parametrize("layer_name", ["mha", "gqa", "block"])
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_layers_run_on_the_inputs_device(layer_name, mask_name, need_weights):
-    layer, x, mask = _layers()[layer_name], _x(), MASKS[mask_name]
+def test_layers_run_on_the_inputs_device(layer_name, mask_name, need_weights, scores):
+    layer, x, mask = _layers(SCORES[scores])[layer_name], _x(), MASKS[mask_name]
 
     def call(x, put):
         args = (x,) if layer_name == "block" else (x, x, x)
@@ -232,7 +248,10 @@ def test_attention_functions_run_on_the_inputs_device(mask_name):
     g = torch.Generator().manual_seed(2)
     q, k, v = (torch.randn(B, L, 4, generator=g) for _ in range(3))
     mask = MASKS[mask_name]
-    for fn in (DotProductAttention(0.0), lambda q, k, v, mask: tiled_attention(q, k, v, mask=mask, block_size=4)):
+    tiled = lambda q, k, v, mask: tiled_attention(q, k, v, mask=mask, block_size=4)
+    tiled_alibi = lambda q, k, v, mask: tiled_attention(q, k, v, mask=mask, block_size=4,
+                                                        score_mod=alibi(B) >> softcap(2.0))
+    for fn in (DotProductAttention(0.0), tiled, tiled_alibi):
         expected = fn(q, k, v, mask=mask(lambda t: t))
         out, _ = run_elsewhere(lambda q, k, v: fn(q, k, v, mask=mask(Elsewhere)), q, k, v)
         torch.testing.assert_close(out, expected)
@@ -255,10 +274,11 @@ def test_valid_lengths_and_head_gates_on_the_inputs_device():
     torch.testing.assert_close(out, masked_softmax(scores, torch.tensor([2, 0])))
 
 
+@pytest.mark.parametrize("scores", list(SCORES))
 @pytest.mark.parametrize("window", [None, 3])
 @pytest.mark.parametrize("layer_name", ["mha", "gqa"])
-def test_decoding_with_a_cache_on_the_inputs_device(layer_name, window):
-    layer, x = _layers()[layer_name], _x()
+def test_decoding_with_a_cache_on_the_inputs_device(layer_name, window, scores):
+    layer, x = _layers(SCORES[scores])[layer_name], _x()
 
     def decode(x):
         cache, outs = KVCache(1, window=window), []

@@ -21,6 +21,7 @@ from mha_lib._settings import build, rebuild
 from mha_lib.block import TransformerBlock
 from mha_lib.gqa import GroupedQueryAttention, gqa_from_mha
 from mha_lib.importance import head_gates, prune_heads
+from mha_lib.scores import alibi, softcap
 
 CLASSES = (MultiHeadAttention, GroupedQueryAttention, TransformerBlock)
 
@@ -33,7 +34,8 @@ def mha_settings(draw, self_attention=False):
     size = st.just(D) if self_attention else st.integers(1, 5)
     options = dict(key_size=size, query_size=size, value_size=size, d_model=st.just(D),
                    num_heads=st.just(H), dropout=st.sampled_from([0.0, 0.25]),
-                   bias=st.booleans(), output_size=st.none() if self_attention else st.none() | st.integers(1, 5))
+                   bias=st.booleans(), output_size=st.none() if self_attention else st.none() | st.integers(1, 5),
+                   score_mod=_score_mods(H), sink_logits=st.booleans())
     assert set(options) == _fields(MultiHeadAttention)  # a new option needs a strategy here
     return MultiHeadAttention.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -43,7 +45,8 @@ def gqa_settings(draw):
     Hkv, g, half = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
     H = Hkv * g
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), num_kv_heads=st.just(Hkv),
-                   dropout=st.sampled_from([0.0, 0.25]), bias=st.booleans(), rope=st.booleans())
+                   dropout=st.sampled_from([0.0, 0.25]), bias=st.booleans(), rope=st.booleans(),
+                   score_mod=_score_mods(H), sink_logits=st.booleans())
     assert set(options) == _fields(GroupedQueryAttention)
     return GroupedQueryAttention.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -55,9 +58,14 @@ def block_settings(draw):
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), d_ff=st.integers(1, 6),
                    dropout=st.sampled_from([0.0, 0.25]), norm_first=st.booleans(),
                    layer_norm_eps=st.sampled_from([1e-5, 1e-3]), num_kv_heads=st.just(kv),
-                   rope=st.booleans())
+                   rope=st.booleans(), score_mod=_score_mods(H), sink_logits=st.booleans())
     assert set(options) == _fields(TransformerBlock)
     return TransformerBlock.Settings(**{name: draw(s) for name, s in options.items()})
+
+
+def _score_mods(H: int):
+    """None, or a score modification of every kind (one of H heads, one of none, both)."""
+    return st.sampled_from([None, softcap(5.0), alibi(H), alibi(H) >> softcap(3.0)])
 
 
 def _fields(cls) -> set[str]:
@@ -146,8 +154,10 @@ def test_pruning_keeps_every_option(s, training, data):
     removed = data.draw(st.lists(st.integers(0, H - 1), unique=True, max_size=H - 1))
     pruned = prune_heads(mha, removed)
     width = (H - len(removed)) * d
+    kept = [h for h in range(H) if h not in removed]  # (ALiBi keeps the slopes of these heads)
+    score_mod = None if s.score_mod is None else s.score_mod.for_heads(kept)
     assert pruned.settings == dataclasses.replace(
-        s, d_model=width, num_heads=H - len(removed), output_size=out)
+        s, d_model=width, num_heads=H - len(removed), output_size=out, score_mod=score_mod)
     assert pruned.settings.output_size == (None if width == out else out)  # (None: the default)
     assert pruned.training == training and pruned.W_o.out_features == out
     assert_described(pruned)

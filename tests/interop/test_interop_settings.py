@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from mha_lib import MultiHeadAttention
 from mha_lib._settings import build
 from mha_lib.gqa import GroupedQueryAttention
+from mha_lib.scores import alibi, softcap
 from mha_lib.interop import (
     from_gpt2_attention,
     from_llama_attention,
@@ -25,7 +26,7 @@ from mha_lib.interop import (
 )
 
 OPTIONS = {"key_size", "query_size", "value_size", "d_model", "num_heads", "dropout", "bias",
-           "output_size"}
+           "output_size", "score_mod", "sink_logits"}
 
 
 @st.composite
@@ -35,9 +36,20 @@ def mha_settings(draw):
     size = st.just(D) | st.integers(1, 5)
     s = MultiHeadAttention.Settings(draw(size), draw(size), draw(size), D, H,
                                     draw(st.sampled_from([0.0, 0.25])), draw(st.booleans()),
-                                    draw(st.none() | st.just(D) | st.integers(1, 5)))
+                                    draw(st.none() | st.just(D) | st.integers(1, 5)),
+                                    draw(st.sampled_from([None, None, alibi(H), softcap(2.0)])),
+                                    draw(st.sampled_from([False, False, True])))
     assert {f.name for f in dataclasses.fields(s)} == OPTIONS  # a new option: test it here
     return s
+
+
+def _refused_scores(s, convert) -> bool:
+    """A layer with a score modification or sink logits: the converter refuses it by name."""
+    name = "score_mod" if s.score_mod is not None else "sink_logits" if s.sink_logits else None
+    if name is not None and s.query_size == s.d_model == (s.output_size or s.d_model) == s.key_size == s.value_size:
+        with pytest.raises(ValueError, match=f"has no {name}"):
+            convert()
+    return name is not None
 
 
 def _outputs(a, b, s, x_width):
@@ -54,6 +66,8 @@ def _outputs(a, b, s, x_width):
 def test_torch_round_trip_keeps_every_option_or_names_it(s, training):
     mha = build(MultiHeadAttention, s).train(training)
     D = s.d_model
+    if _refused_scores(s, lambda: to_torch_mha(mha)):
+        return
     if s.query_size != D or (s.output_size or D) != D:
         with pytest.raises(ValueError, match="query_size == d_model == output_size"):
             to_torch_mha(mha)
@@ -70,6 +84,8 @@ def test_torch_round_trip_keeps_every_option_or_names_it(s, training):
 def test_gpt2_round_trip_keeps_every_option_or_names_it(s, training):
     mha = build(MultiHeadAttention, s).train(training)
     D = s.d_model
+    if _refused_scores(s, lambda: to_gpt2_attention(mha)):
+        return
     if {s.query_size, s.key_size, s.value_size, s.output_size or D} != {D}:
         with pytest.raises(ValueError, match="self-attention"):
             to_gpt2_attention(mha)
@@ -97,6 +113,13 @@ def test_llama_and_mistral_round_trip_keeps_every_option(Hkv, g, half, dropout, 
     x = torch.randn(2, 4, s.d_model)
     with torch.no_grad():
         torch.testing.assert_close(back.eval()(x, x, x), gqa.eval()(x, x, x))
+
+
+@pytest.mark.parametrize("scores", [{"score_mod": alibi(2)}, {"sink_logits": True}])
+def test_llama_refuses_a_score_modification_and_sinks_by_name(scores):
+    gqa = GroupedQueryAttention(8, 2, 1, 0.0, rope=True, **scores)
+    with pytest.raises(ValueError, match=f"LlamaAttention has no {next(iter(scores))}"):
+        to_llama_attention(gqa)
 
 
 def test_llama_refuses_a_layer_without_rope():

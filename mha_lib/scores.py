@@ -1,0 +1,182 @@
+"""Score modifications: what today's models do to ``Q K^T / sqrt(d)`` before the mask.
+
+Shape legend
+    B   batch size (1 where every example has the same positions)
+    H   number of (query) heads
+    Lq  number of queries
+    Lk  number of key-value pairs
+
+A mask says which keys a query may see; a *score modification* changes the score of a pair it
+may see, from the score itself, the head and the TRUE positions of the query and the key (with a
+KV cache: their absolute positions). Every attention path computes
+
+    scores = Q K^T / sqrt(d)  ->  modification  ->  mask  ->  softmax
+
+through one context (:class:`mha_lib.masking.Visible`), which also decides whether PyTorch's
+fused kernel can take the call: an *additive* modification (ALiBi) becomes a float bias of
+the kernel's ``attn_mask``; any other (soft-capping) needs the scores, so the call takes the
+weights path.
+
+* :func:`alibi` (BLOOM, MPT; Press et al., 2022): ``score - slope_h * (i - j)``, additive.
+  FlexAttention: ``score_mod = lambda s, b, h, q, k: s - slope[h] * (q - k)``.
+* :func:`softcap` (Gemma 2): ``cap * tanh(score / cap)``, not additive.
+  FlexAttention: ``score_mod = lambda s, b, h, q, k: cap * torch.tanh(s / cap)``.
+* ``first >> then``: both, ``first`` first (additive when both are).
+
+A modification of your own subclasses :class:`ScoreMod` (override :meth:`ScoreMod.__call__`,
+or :meth:`ScoreMod.bias` with ``additive = True``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from mha_lib._checks import check_positive_int, check_positive_number
+
+__all__ = ["ScoreMod", "alibi", "softcap"]
+
+
+class ScoreMod:
+    """A score modification (see the module docstring).
+
+    Attributes:
+        num_heads: H when it depends on the head (the layer's H must match), else None.
+        additive: True when it is ``score + bias(q_idx, kv_idx)``: the fused kernel can then
+            take it as a float mask.
+
+    Shapes (of :meth:`__call__` and :meth:`bias`):
+        scores: (B or 1, H, Lq, Lk), float
+        q_idx: (B or 1, 1, Lq, 1) long, the queries' true positions
+        kv_idx: (B or 1, 1, 1, Lk) long, the keys' true positions
+        returns: broadcastable to (B, H, Lq, Lk)
+    """
+
+    num_heads: int | None = None
+    additive: bool = False
+
+    def __call__(self, scores: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        """The modified scores (a new tensor)."""
+        return scores + self.bias(q_idx, kv_idx).to(scores.dtype)
+
+    def bias(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        """The additive part, for ``additive`` modifications (float32)."""
+        raise NotImplementedError(f"{type(self).__name__} is not additive")
+
+    def for_heads(self, heads: Sequence[int]) -> "ScoreMod":
+        """The modification of the heads ``heads`` alone (a layer whose heads were pruned)."""
+        if self.num_heads is None:
+            return self
+        raise NotImplementedError(f"{type(self).__name__} cannot keep some of its heads")
+
+    def __rshift__(self, then: "ScoreMod") -> "ScoreMod":
+        """``self`` first, then ``then``."""
+        if not isinstance(then, ScoreMod):
+            raise ValueError(f"a ScoreMod composes with a ScoreMod, got {type(then).__name__}")
+        return _Composed(self, then)
+
+
+class _Composed(ScoreMod):
+    """Two modifications, one after the other."""
+
+    def __init__(self, first: ScoreMod, then: ScoreMod) -> None:
+        heads = {m.num_heads for m in (first, then)} - {None}
+        if len(heads) > 1:
+            raise ValueError(f"the modifications disagree on the number of heads: {sorted(heads)}")
+        self.first, self.then = first, then
+        self.num_heads = heads.pop() if heads else None
+        self.additive = first.additive and then.additive
+
+    def __call__(self, scores: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return self.then(self.first(scores, q_idx, kv_idx), q_idx, kv_idx)
+
+    def bias(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return self.first.bias(q_idx, kv_idx) + self.then.bias(q_idx, kv_idx)
+
+    def for_heads(self, heads: Sequence[int]) -> ScoreMod:
+        return _Composed(self.first.for_heads(heads), self.then.for_heads(heads))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Composed) and (self.first, self.then) == (other.first, other.then)
+
+    __hash__ = None  # (equal by value)
+
+    def __repr__(self) -> str:
+        return f"{self.first!r} >> {self.then!r}"
+
+
+class _Alibi(ScoreMod):
+    additive = True
+
+    def __init__(self, slopes: Tensor) -> None:
+        self.slopes, self.num_heads = slopes, slopes.shape[0]
+        self._numbers = slopes.tolist()  # (made on the positions' device: no copy of a tensor)
+
+    def bias(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        slopes = torch.tensor(self._numbers, device=q_idx.device)[None, :, None, None]  # (1, H, 1, 1)
+        return -slopes * (q_idx - kv_idx)  # (B or 1, H, Lq, Lk)
+
+    def for_heads(self, heads: Sequence[int]) -> ScoreMod:
+        return _Alibi(self.slopes[list(heads)])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Alibi) and torch.equal(self.slopes, other.slopes)
+
+    __hash__ = None  # (equal by value)
+
+    def __repr__(self) -> str:
+        return f"alibi({self.num_heads}, slopes={self.slopes.tolist()})"
+
+
+def alibi(num_heads: int, slopes: Sequence[float] | Tensor | None = None) -> ScoreMod:
+    """ALiBi: head h adds ``-slope_h * (i - j)`` to the score of query position i and key j.
+
+    A query then prefers near keys, each head at its own distance scale. Default slopes
+    ``2^(-8h/H)``, h = 1..H (Press et al., 2022).
+
+    A trap: with a KV cache, a wrong query offset shifts i by a constant c in every row, which
+    adds ``-slope_h * c`` to the whole row: the softmax does not change. So ALiBi cannot reveal
+    a wrong cache offset; only a modification that reads the absolute position can.
+
+    Raises:
+        ValueError: num_heads not a positive int; slopes not H finite numbers.
+    """
+    H = check_positive_int(num_heads, "num_heads")
+    if slopes is None:
+        slopes = torch.exp2(-8.0 * torch.arange(1, H + 1, dtype=torch.float64) / H)
+    try:
+        slopes = torch.as_tensor(slopes, dtype=torch.float64).detach().cpu()
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"slopes must be H = {H} numbers, got {slopes!r}") from None
+    if slopes.shape != (H,) or not torch.isfinite(slopes).all():
+        raise ValueError(f"slopes must be H = {H} finite numbers, got {slopes.tolist()}")
+    return _Alibi(slopes.float())
+
+
+class _Softcap(ScoreMod):
+    def __init__(self, cap: float) -> None:
+        self.cap = cap
+
+    def __call__(self, scores: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        capped = scores / self.cap  # (a new tensor: tanh and the product may write over it)
+        return capped.tanh_().mul_(self.cap) if not capped.requires_grad else capped.tanh() * self.cap
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Softcap) and self.cap == other.cap
+
+    __hash__ = None  # (equal by value)
+
+    def __repr__(self) -> str:
+        return f"softcap({self.cap})"
+
+
+def softcap(cap: float) -> ScoreMod:
+    """Logit soft-capping (Gemma 2): ``score = cap * tanh(score / cap)``, every score in
+    (-cap, cap); near 0 it changes nothing, and as cap grows it becomes the identity.
+
+    Raises:
+        ValueError: cap not a positive finite number.
+    """
+    return _Softcap(check_positive_number(cap, "cap"))
