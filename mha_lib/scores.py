@@ -21,6 +21,9 @@ weights path.
   FlexAttention: ``score_mod = lambda s, b, h, q, k: s - slope[h] * (q - k)``.
 * :func:`softcap` (Gemma 2): ``cap * tanh(score / cap)``, not additive.
   FlexAttention: ``score_mod = lambda s, b, h, q, k: cap * torch.tanh(s / cap)``.
+* :func:`temperature` (Llama 4): ``score * (1 + scale * log(floor((i + 1) / floor_scale) + 1))``,
+  sharper for later queries, not additive. FlexAttention: ``score_mod = lambda s, b, h, q, k:
+  s * (1 + scale * torch.log(torch.floor((q + 1) / floor_scale) + 1))``.
 * ``first >> then``: both, ``first`` first (additive when both are).
 
 A modification of your own subclasses :class:`ScoreMod` (override :meth:`ScoreMod.__call__`,
@@ -36,7 +39,7 @@ from torch import Tensor
 
 from mha_lib._checks import check_positive_int, check_positive_number
 
-__all__ = ["ScoreMod", "alibi", "softcap"]
+__all__ = ["ScoreMod", "alibi", "softcap", "temperature"]
 
 
 class ScoreMod:
@@ -180,3 +183,32 @@ def softcap(cap: float) -> ScoreMod:
         ValueError: cap not a positive finite number.
     """
     return _Softcap(check_positive_number(cap, "cap"))
+
+
+class _Temperature(ScoreMod):
+    def __init__(self, floor_scale: float, scale: float) -> None:
+        self.floor_scale, self.scale = floor_scale, scale
+
+    def __call__(self, scores: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        steps = torch.floor((q_idx + 1).to(scores.dtype) / self.floor_scale)  # (B or 1, 1, Lq, 1)
+        return scores * (1 + self.scale * torch.log1p(steps))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Temperature) and (self.floor_scale, self.scale) == (other.floor_scale, other.scale)
+
+    __hash__ = None  # (equal by value)
+
+    def __repr__(self) -> str:
+        return f"temperature({self.floor_scale}, {self.scale})"
+
+
+def temperature(floor_scale: float = 8192.0, scale: float = 0.1) -> ScoreMod:
+    """Llama 4's temperature by position: the scores of query position i are multiplied by
+    ``1 + scale * log(floor((i + 1) / floor_scale) + 1)``, 1 for the first ``floor_scale - 1``
+    positions and growing slowly after: a query far into a long context keeps a sharp softmax
+    over many keys. It reads the query's absolute position, so a wrong cache offset changes it.
+
+    Raises:
+        ValueError: floor_scale or scale not a positive finite number.
+    """
+    return _Temperature(check_positive_number(floor_scale, "floor_scale"), check_positive_number(scale, "scale"))

@@ -24,7 +24,7 @@ from mha_lib.flash import tiled_attention
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.masks import causal, chunked, document, padding, prefix_lm, sinks, sliding_window
 from mha_lib.positions import rotary
-from mha_lib.scores import ScoreMod, alibi, softcap
+from mha_lib.scores import ScoreMod, alibi, softcap, temperature
 
 CAP = 1.5
 
@@ -41,6 +41,10 @@ def ref_softcap(cap):
     return lambda s, i, j: cap * torch.tanh(s / cap)
 
 
+def ref_temperature(floor_scale, scale):
+    return lambda s, i, j: s * (1 + scale * torch.log(torch.floor((i.double() + 1) / floor_scale) + 1))
+
+
 #: name -> (the library's modification, the reference's), for H heads
 MODS = {
     "none": lambda H: (None, lambda s, i, j: s),
@@ -52,6 +56,7 @@ MODS = {
                                      lambda s, i, j: ref_softcap(CAP)(ref_alibi(H)(s, i, j), i, j)),
     "softcap_then_alibi": lambda H: (softcap(CAP) >> alibi(H),
                                      lambda s, i, j: ref_alibi(H)(ref_softcap(CAP)(s, i, j), i, j)),
+    "temperature": lambda H: (temperature(2.0, 0.5), ref_temperature(2.0, 0.5)),
 }
 
 #: name -> a mask for B examples of L positions
@@ -246,10 +251,10 @@ def _ref_absolute(s, i, j):
 
 
 @pytest.mark.parametrize("window", [None, 3])
-@pytest.mark.parametrize("mod_name", ["absolute", "alibi"])
+@pytest.mark.parametrize("mod_name", ["absolute", "alibi", "temperature"])
 def test_only_a_modification_of_absolute_positions_reveals_a_wrong_cache_offset(mod_name, window):
     H, B, prompt, L = 2, 2, 4, 7
-    mod, ref_mod = (_Absolute(), _ref_absolute) if mod_name == "absolute" else MODS["alibi"](H)
+    mod, ref_mod = (_Absolute(), _ref_absolute) if mod_name == "absolute" else MODS[mod_name](H)
     layer = make_layer("mha", H, 2, mod, False)
     x = torch.randn(B, L, 2 * H, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     rule = causal() if window is None else causal() & sliding_window(window)
