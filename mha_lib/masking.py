@@ -101,6 +101,7 @@ class Visible:
             cache: absolute) a modification reads; made only with a modification or sinks.
         heads: how many heads the batch axis of 3-D scores holds (B*H, Lq, Lk): the layout a
             path folded its heads into (:meth:`folded`).
+        causal: ``keep`` is the causal mask at positions 0, 1, ...: the kernel takes ``is_causal``.
         raw (a property): the keep mask before the filling (what the rule for NaN inputs
             reads), or None; made only when asked for (one mask of the scores' size, not two).
     """
@@ -112,6 +113,7 @@ class Visible:
     q_positions: Tensor | None = None
     k_positions: Tensor | None = None
     heads: int = 1
+    causal: bool = False
 
     @property
     def raw(self) -> Tensor | None:
@@ -168,21 +170,22 @@ class Visible:
             weights = weights.reshape(scores.shape)
         return weights if self.empty is None else weights.masked_fill(self.empty, 0.0)
 
-    def fused(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor | None] | None:
+    def fused(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor | None, bool] | None:
         """THE decision: what the fused kernel takes for this call, or None (the weights path).
 
-        Without a modification or sinks: the boolean keep mask (with a heads axis). An additive
+        Without a modification or sinks: the boolean keep mask (with a heads axis), or for the
+        causal mask ``is_causal=True`` (the last of the returned values). An additive
         modification: a float mask, its bias plus the mask's -inf. Sinks: one more key of zeros
         (score 0, value 0) whose float mask entry is the sink logit. Other modifications: None.
 
         Shapes:
             q: (B, H, Lq, d); k, v: (B, Hkv, Lk, d)
-            returns: k, v (B, Hkv, Lk or Lk + 1, d) and the mask, broadcastable to
-                (B, H, Lq, Lk or Lk + 1)
+            returns: k, v (B, Hkv, Lk or Lk + 1, d), the mask, broadcastable to
+                (B, H, Lq, Lk or Lk + 1), and is_causal
         """
         keep = self.with_heads().keep  # (B or 1, 1, Lq or 1, Lk)
         if self.plain:
-            return k, v, keep
+            return (k, v, None, True) if self.causal else (k, v, keep, False)
         if self.score_mod is not None and not self.score_mod.additive:
             return None
         B, H, Lq, _ = q.shape
@@ -198,7 +201,7 @@ class Visible:
             bias = torch.cat([bias, sink], -1)  # (B or 1, H, Lq, Lk + 1)
             zero = k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])  # (B, Hkv, 1, d)
             k, v = torch.cat([k, zero], 2), torch.cat([v, zero], 2)  # (B, Hkv, Lk + 1, d)
-        return k, v, bias
+        return k, v, bias, False
 
 
 def visible(
@@ -245,6 +248,8 @@ def visible(
         if shortcut and mask.sees_everything(k_positions):  # e.g. valid lengths that are all Lk
             return Visible(None, None, **scored)
         raw = mask.dense(batch_size, q_positions, k_positions, q_offset, device=device, expand=False)
+        if mask._is_causal() and q_offset == 0 and k_positions > 0:  # (no row sees nothing)
+            return Visible(raw, None, causal=True, **scored)
     else:
         raw = mask.keep(q_positions, k_positions, batch_size=batch_size)
     empty = ~raw.any(-1, keepdim=True)  # (B or 1, Lq or 1, 1)
@@ -369,26 +374,21 @@ def padding_mask_from_valid_lens(valid_lens: Tensor | Sequence[float], num_keys:
     Raises:
         ValueError: as :func:`check_valid_lens`, or lengths that are not one per example (B,).
     """
+    wrong = "a key padding mask holds one length per example: valid_lens must have shape (B,), got {}"
     if isinstance(valid_lens, Tensor) and valid_lens.dim() != 1:
-        raise ValueError(
-            "a key padding mask holds one length per example: valid_lens must have shape (B,), "
-            f"got {tuple(valid_lens.shape)}"
-        )
+        raise ValueError(wrong.format(tuple(valid_lens.shape)))
     valid_lens = check_valid_lens(valid_lens, lens_rows(valid_lens), 1, num_keys)
     if valid_lens.dim() != 1:
-        raise ValueError(
-            "a key padding mask holds one length per example: valid_lens must have shape (B,), "
-            f"got {tuple(valid_lens.shape)}"
-        )
+        raise ValueError(wrong.format(tuple(valid_lens.shape)))
     keep, _ = mask_from_valid_lens(valid_lens, num_keys)  # (B, 1, Lk)
     return keep_to_padding(keep[:, 0])  # (B, Lk)
+
 
 def keep_to_padding(mask: Tensor) -> Tensor:
     """Convert a keep mask (``True`` = may attend) to a padding mask (``True`` = masked).
 
     Raises:
-        ValueError: mask not a boolean tensor (``~`` of an integer tensor flips its bits, not
-            its meaning).
+        ValueError: mask not boolean (``~`` of an integer tensor flips bits, not meaning).
     """
     return ~_check_bool_mask(mask, "mask")
 

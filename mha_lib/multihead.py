@@ -440,10 +440,10 @@ def _attend_fused(q, k, v, seen, attention, nonfinite) -> tuple[Tensor, None] | 
     operands = seen.fused(q, k, v)  # k, v (a key more for sinks) and the kernel's mask
     if operands is None:
         return None
-    k, v, attn_mask = operands
+    k, v, attn_mask, is_causal = operands
     dropout_p = attention.dropout.p if attention.training else 0.0
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
-                                         enable_gqa=_grouped(q, k))  # (B, H, Lq, d)
+                                         is_causal=is_causal, enable_gqa=_grouped(q, k))  # (B, H, Lq, d)
     # Write over the kernel's output, unless autograd keeps it (or a graph is being recorded)
     mine = not (out.requires_grad or tracing())
     empty = seen.with_heads().empty  # (B or 1, 1, Lq or 1, 1)

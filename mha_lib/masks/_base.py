@@ -128,6 +128,11 @@ class Mask:
     def _check(self, ix: _Index) -> None:
         """Raise a ValueError when the mask's data does not fit these positions."""
 
+    def _is_causal(self) -> bool:
+        """True for exactly the causal mask: at positions 0, 1, ... (queries and keys) it is
+        ``is_causal=True`` of ``F.scaled_dot_product_attention``, which then needs no mask."""
+        return False
+
     def sees_everything(self, num_keys: int) -> bool:
         """True when it is known without reading a value that every query sees all ``num_keys``
         keys at positions 0 .. Lk - 1 (valid lengths checked to be all Lk); False when unknown."""

@@ -29,6 +29,9 @@ class _Causal(Mask):
         q_lo, q_hi, k_lo, k_hi = ix.position_ranges()
         return k_lo > q_hi, k_hi <= q_lo
 
+    def _is_causal(self) -> bool:
+        return True
+
     def __repr__(self) -> str:
         return "causal()"
 
