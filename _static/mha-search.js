@@ -12,8 +12,9 @@
  * is collapsed.
  *
  * Ranking: Sphinx scores a page by whether a word occurs in it (and in its titles); the page
- * that teaches a topic uses its word many times. Each hit's score gets 5 * log2(1 + n) for the
- * n occurrences of the words searched for on its page (_static/mha-search/counts.js).
+ * that teaches a topic uses its word many times, and names it in a heading. Each hit's score gets
+ * 5 * log2(1 + n) for the n occurrences of the words searched for on its page, a word of a
+ * section heading counting ten times (_static/mha-search/counts.js).
  */
 (function () {
   "use strict";

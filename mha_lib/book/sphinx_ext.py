@@ -370,16 +370,24 @@ def search_text(page_html: str) -> str:
                    re.sub(r"[ \t]*\n\s*", "\n", re.sub(r"[ \t]+", " ", part)) for part in parts)
 
 
+#: A word in a section heading counts this many times: the page that teaches a topic names it
+#: in a heading, a page that only uses it (an exercise, a capstone) says it often in its code.
+_HEADING_WEIGHT = 10
+_HEADING = re.compile(r"<h[1-4][^>]*>(.*?)</h[1-4]>", re.S)
+
+
 def term_counts(texts: dict[str, str], stem) -> dict:
     """How often each word stem occurs on each page, for ranking: ``{"docs": [docname...],
     "terms": {stem: [doc index, count, ...]}}``, pages with a stem at least twice, stems seen
-    at least 3 times on some page (a few tens of kB for the book)."""
+    at least 3 times on some page (a few tens of kB for the book); a word of a section heading
+    counts :data:`_HEADING_WEIGHT` times."""
     import collections
 
     docs = sorted(texts)
     table: dict[str, list[int]] = collections.defaultdict(list)
     for i, doc in enumerate(docs):
-        words = re.findall(r"\w+", re.sub(r"<[^>]+>", " ", texts[doc]).lower())
+        headings = " ".join(_HEADING.findall(texts[doc])) + " "
+        words = re.findall(r"\w+", re.sub(r"<[^>]+>", " ", texts[doc] + headings * (_HEADING_WEIGHT - 1)).lower())
         for term, count in collections.Counter(stem(w) for w in words if not w.isdigit()).items():
             if count >= 2:
                 table[term] += [i, count]
