@@ -29,6 +29,8 @@ The package:
 * :mod:`~mha_lib.exercises.bug_zoo`    the bug zoo: attention layers with one real bug each;
   :mod:`~mha_lib.exercises.probes` the symptom probes that expose them;
   :mod:`~mha_lib.exercises.zoo_grading` the grading of the diagnoses and of a student's test;
+* :mod:`~mha_lib.exercises.judgement`  chapter 13's judgement exercise: a student's design of
+  the run that would overturn a claim, run and graded (controls, seeds, conclusion);
 * :mod:`~mha_lib.exercises.capstone`   the capstone's grader (chapter 12b): a story model the
   student built and trained, graded by its components, decoding, quality and heads.
 
@@ -70,6 +72,7 @@ from mha_lib.exercises.modern import (
     check_rotary,
     check_tiled_attention,
 )
+from mha_lib.exercises.judgement import check_threat_design
 from mha_lib.exercises.wild import check_gpt2_c_attn, check_llama_qk
 
 __all__ = [
@@ -88,6 +91,7 @@ __all__ = [
     "check_prune_heads",
     "check_rotary",
     "check_stiefel_dimension",
+    "check_threat_design",
     "check_tiled_attention",
     "check_transpose_output",
     "check_transpose_qkv",

@@ -83,6 +83,12 @@ FAMILIES: dict[str, str] = {
     "causal": "causality",
     "mask_convention": "mask convention",
     "mask_dtype": "mask convention",
+    # designing a threat run (mha_lib.exercises.judgement)
+    "design_seeds": "seeds",
+    "design_steps": "controls",
+    "design_params": "controls",
+    "design_lr": "learning rate",
+    "design_conclusion": "conclusion",
 }
 
 #: Every mistake a checker can name, keyed by ``(setting, wrong value)``. A *spec* is a dict of
@@ -428,6 +434,34 @@ MISTAKES: dict[tuple[str, str], _Mistake] = {
         "a 0/1 float mask: added to the scores, it hides nothing",
         "A float attn_mask is added to the scores, so 0 and 1 hide no key. Return the boolean "
         "mask (dtype torch.bool), or the additive 0 / -inf (mha_lib.masking.keep_to_bias).",
+    ),
+
+    # designing a threat run (mha_lib.exercises.judgement)
+    ("design_seeds", "too_few"): _Mistake(
+        "fewer than three seeds: the spread is unknown",
+        "One or two seeds cannot tell a difference between variants from a difference between "
+        "seeds. Run every variant from the same three seeds (or more) and compare the ranges.",
+    ),
+    ("design_steps", "unequal"): _Mistake(
+        "the variants are not trained alike: different steps",
+        "A variant given more steps may win for that reason alone. Give every variant the same "
+        "steps (one number, not one per variant), the same data and the same seeds.",
+    ),
+    ("design_params", "unstated"): _Mistake(
+        "the variants differ in parameters and the spec does not say how",
+        "Compare variants with equal parameters, or name the difference in spec['params'] (e.g. "
+        "'W_k and W_v shrink to D x d') so that a reader can weigh it.",
+    ),
+    ("design_lr", "single"): _Mistake(
+        "one learning rate where the result depends on it",
+        "Chapter 13's norm runs change with the learning rate. A claim about which variant "
+        "trains better needs a sweep: list at least two learning rates in spec['lr'] and run "
+        "the variants at each (norm_lr has 3e-3, 1e-2 and 3e-2).",
+    ),
+    ("design_conclusion", "beyond_spread"): _Mistake(
+        "the conclusion does not follow from the spread over the seeds",
+        "'a > b' follows only if a beats b on every seed, their ranges apart; 'a = b' only if "
+        "their ranges overlap. Read the values per seed before writing the conclusion.",
     ),
 
 }

@@ -62,6 +62,7 @@ CHECKER_FAMILIES: dict[str, tuple[str, ...]] = {
     "check_gpt2_c_attn": ("weight layout", "fused projections"),
     "check_llama_qk": ("rotation pairs", "grouping"),
     "check_left_padding_mask": ("padding", "causality", "mask convention"),
+    "check_threat_design": ("controls", "seeds", "learning rate", "conclusion"),
 }
 
 _RUNS = "runs on every case and returns the right shapes"

@@ -19,8 +19,17 @@ from __future__ import annotations
 from mha_lib.why._common import Experiment, Outcome, check_seed_and_steps
 from mha_lib.why.digit_runs import heads_trial, kv_heads_trial, output_trial, scale_trial
 from mha_lib.why.sequence_runs import norm_trial, positions_trial
+from mha_lib.why.threats import (
+    NORM_LRS,
+    causal_long_trial,
+    heads_long_trial,
+    kv_story_trial,
+    norm_lr_trial,
+    scale_t5_trial,
+    unseen_offsets_trial,
+)
 
-__all__ = ["EXPERIMENTS", "Experiment", "load_results", "run", "run_outcomes"]
+__all__ = ["CLAIMS", "EXPERIMENTS", "Experiment", "THREATS", "load_results", "run", "run_outcomes"]
 
 EXPERIMENTS: dict[str, Experiment] = {
     experiment.name: experiment
@@ -82,9 +91,70 @@ EXPERIMENTS: dict[str, Experiment] = {
             variants=("learned W_o", "no W_o (identity)"), metric="accuracy", higher_is_better=True,
             steps=1000, differs="the identity W_o is not trained: D x D = 1024 fewer parameters",
             where="01_model", trial=output_trial),
+        # --- the threats: the run that could overturn each claim above ------------------------
+        Experiment(
+            name="heads_3x",
+            question="Does one head catch up with more steps?",
+            claim="(threat to heads) One head and two, trained three times as long.",
+            variants=("H=1", "H=2"), metric="accuracy", higher_is_better=True, steps=3000,
+            differs="nothing: W_q, W_k, W_v, W_o are D x D for every H (D = 32)",
+            where="13_why", trial=heads_long_trial, threatens="heads"),
+        Experiment(
+            name="scale_t5",
+            question="Does the scale matter if W_q starts 1/sqrt(d) smaller (as in T5)?",
+            claim="(threat to scale) No 1/sqrt(d) in the scores, the factor folded into W_q's "
+                  "initialisation instead.",
+            variants=("1/sqrt(d)", "no scale", "no scale, T5 init"), metric="final_loss",
+            higher_is_better=False, steps=300,
+            differs="nothing (W_q's initial weights divided by sqrt(d) = 11.3 in the T5 variant)",
+            where="13_why", trial=scale_t5_trial, threatens="scale"),
+        Experiment(
+            name="positions_5x",
+            question="Does the causal mask alone learn exact offsets with more steps?",
+            claim="(threat to positions) The causal-only and rotary decoders for five times the steps.",
+            variants=("causal", "rotary"), metric="accuracy_1x", higher_is_better=True, steps=3000,
+            differs="nothing (neither adds parameters)",
+            where="13_why", trial=causal_long_trial, threatens="positions"),
+        Experiment(
+            name="positions_unseen",
+            question="Do rotary positions carry over to offsets never seen in training?",
+            claim="(threat to positions) Copy n tokens after a separator (the offset n back): "
+                  "trained on n = 4 to 7 at length 16, measured on n = 4 to 7 and on n = 12 to 15 "
+                  "at length 32, offsets never seen in training.",
+            variants=("causal", "learned", "sinusoidal", "rotary"), metric="accuracy_unseen",
+            higher_is_better=True, steps=600,
+            differs="learned positions add a 32 x 32 table; the others add no parameters (17 "
+                    "tokens: the separator is one more)",
+            where="13_why", trial=unseen_offsets_trial, threatens="positions"),
+        Experiment(
+            name="norm_lr",
+            question="Does post-LN fail at every learning rate, or only at a large one?",
+            claim="(threat to norm) The four variants at the learning rates 3e-3, 1e-2 and 3e-2.",
+            variants=tuple(f"{norm}, {warm}, lr={lr:g}" for lr in NORM_LRS for norm in ("pre-LN", "post-LN")
+                           for warm in ("warm-up", "no warm-up")),
+            metric="final_loss", higher_is_better=False, steps=300,
+            differs="nothing (the same blocks, the LayerNorms in other places)",
+            where="13_why", trial=norm_lr_trial, threatens="norm"),
+        Experiment(
+            name="kv_story",
+            question="Do fewer key/value heads cost something where their capacity binds?",
+            claim="(threat to kv_heads) Chapter 12's story model with one key/value head per "
+                  "layer against four, over three seeds.",
+            variants=("MHA (Hkv=4)", "MQA (Hkv=1)"), metric="loss", higher_is_better=False,
+            steps=1500, differs="W_k and W_v shrink from D x D to D x d in each layer (MQA)",
+            where="12_language_model", trial=kv_story_trial, threatens="kv_heads"),
     )
 }
-"""Every experiment, by name."""
+"""Every experiment, by name: the claims, then their threats."""
+
+CLAIMS: tuple[str, ...] = tuple(name for name, e in EXPERIMENTS.items() if not e.threatens)
+"""The experiments that make a claim (the chapter's table)."""
+
+THREATS: dict[str, tuple[str, ...]] = {
+    claim: tuple(name for name, e in EXPERIMENTS.items() if e.threatens == claim) for claim in CLAIMS
+}
+"""claim -> the threat runs that could overturn it (``output`` has none: its claim is worded to
+what the run shows, that the MLP mixes the heads too)."""
 
 
 def _experiment(name: object) -> Experiment:

@@ -75,6 +75,7 @@ class Experiment:
         differs: what differs between the variants besides the choice itself (parameters).
         where: the chapter that asks the question (a document name of the book).
         trial: ``trial(seed, steps) -> {variant: Outcome}``, the run itself.
+        threatens: for a threat run, the experiment whose claim it could overturn ("" for a claim).
     """
 
     name: str
@@ -87,6 +88,7 @@ class Experiment:
     differs: str
     where: str
     trial: Callable[[int, int], dict[str, Outcome]] = field(repr=False, compare=False)
+    threatens: str = ""
 
 
 def check_seed_and_steps(seed: object, steps: object, default: int) -> tuple[int, int]:

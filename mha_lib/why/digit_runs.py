@@ -158,12 +158,15 @@ def _at_initialisation(model: DigitAttentionModel) -> dict[str, float]:
             "softmax_gradient_init": float(_softmax_gradient(weights)[real].mean())}
 
 
-def scale_trial(seed: int, steps: int) -> dict[str, Outcome]:
+def scale_trial(seed: int, steps: int, extra: tuple = ()) -> dict[str, Outcome]:
     """d = 128 (D = 256, H = 2) with and without 1/sqrt(d): the softmax at initialisation,
-    then the loss and accuracy after ``steps`` steps at one learning rate (same parameters)."""
+    then the loss and accuracy after ``steps`` steps at one learning rate (same parameters).
+
+    ``extra``: more variants, ``(name, change)`` pairs, ``change(model) -> model``.
+    """
     config = Config(d_model=_SCALE_D_MODEL, num_heads=_SCALE_HEADS)
     out = {}
-    for name, change in (("1/sqrt(d)", lambda m: m), ("no scale", _unscaled)):
+    for name, change in (("1/sqrt(d)", lambda m: m), ("no scale", _unscaled), *extra):
         model = seeded(seed, lambda: change(DigitAttentionModel(config)))
         start = _at_initialisation(model)
         history = _train(model, seed, steps, lr=_SCALE_LR)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Sequence
@@ -18,7 +19,7 @@ import torch
 
 from mha_lib.why._common import spread
 
-__all__ = ["RESULTS_PATH", "load_results", "record", "shipped_metrics", "summary_rows", "summary_table"]
+__all__ = ["RESULTS_PATH", "load_results", "record", "shipped_metrics", "summary_rows", "summary_table", "threats_table"]
 
 RESULTS_PATH = Path(str(resources.files("mha_lib") / "data" / "why_results.json"))
 """The shipped results."""
@@ -41,6 +42,8 @@ def record(names: Sequence[str], seeds: Sequence[int], path: str | os.PathLike =
            progress=None) -> Path:
     """Run experiments ``names`` for every seed and write (or update) the results file.
 
+    Each experiment's entry keeps the CPU time of each seed's run (all its variants, one thread).
+
     ``progress(name, seed)`` is called before each run.
     """
     from mha_lib.why import EXPERIMENTS, run_outcomes
@@ -49,11 +52,13 @@ def record(names: Sequence[str], seeds: Sequence[int], path: str | os.PathLike =
     results = load_results(path) if path.exists() else {"experiments": {}}
     for name in names:
         experiment = EXPERIMENTS[name]
-        entry = {"steps": experiment.steps, "seeds": {}}
+        entry = {"steps": experiment.steps, "seeds": {}, "cpu_seconds": {}}
         for seed in seeds:
             if progress is not None:
                 progress(name, seed)
+            start = time.process_time()
             outcomes = run_outcomes(name, seed)
+            entry["cpu_seconds"][str(seed)] = round(time.process_time() - start, 1)
             entry["seeds"][str(seed)] = {
                 variant: {"metrics": {k: round(v, 6) for k, v in o.metrics.items()}, "curve": o.curve,
                           "extra": o.extra}
@@ -84,14 +89,15 @@ def shipped_metrics(name: str, results: dict | None = None) -> dict[str, dict[st
 
 
 def summary_table(results: dict | None = None) -> str:
-    """Every experiment's variants, parameters and main metric (mean ± half the range over the
-    seeds) as a Markdown table."""
-    from mha_lib.why import EXPERIMENTS
+    """Every claim's variants, parameters and main metric (mean ± half the range over the
+    seeds) as a Markdown table (the threats: :func:`threats_table`)."""
+    from mha_lib.why import CLAIMS, EXPERIMENTS
 
     results = load_results() if results is None else results
     lines = ["| experiment | variant | parameters | metric | mean ± spread | seeds |",
              "| --- | --- | ---: | --- | ---: | ---: |"]
-    for name, experiment in EXPERIMENTS.items():
+    for name in CLAIMS:
+        experiment = EXPERIMENTS[name]
         if name not in results["experiments"]:
             continue
         runs = shipped_metrics(name, results)
@@ -99,4 +105,22 @@ def summary_table(results: dict | None = None) -> str:
             first = f"`{name}`" if i == 0 else ""
             metric = experiment.metric.replace("_", " ")
             lines.append(f"| {first} | {variant} | {int(params):,} | {metric} | {mean:.3f} ± {half:.3f} | {len(runs)} |")
+    return "\n".join(lines)
+
+
+def threats_table(results: dict | None = None) -> str:
+    """Every threat run: the claim it tests, what it changes, its steps and the CPU seconds of
+    one run (all variants, one thread; the lowest and highest seed) as a Markdown table."""
+    from mha_lib.why import CLAIMS, EXPERIMENTS, THREATS
+
+    results = load_results() if results is None else results
+    lines = ["| claim | threat run | what it changes | steps | CPU per run | seeds |",
+             "| --- | --- | --- | ---: | ---: | ---: |"]
+    for claim in CLAIMS:
+        for name in THREATS[claim]:
+            entry = results["experiments"][name]
+            cpu = list(entry["cpu_seconds"].values())
+            changes = EXPERIMENTS[name].claim.removeprefix(f"(threat to {claim}) ")
+            lines.append(f"| `{claim}` | `{name}` | {changes} | {entry['steps']} | "
+                         f"{min(cpu):.0f}-{max(cpu):.0f} s | {len(entry['seeds'])} |")
     return "\n".join(lines)

@@ -70,8 +70,8 @@ def _accuracy(model: SequenceModel, tokens: Tensor, targets: Tensor) -> float:
     return correct.sum().item() / labelled.sum().item()
 
 
-def positions_trial(seed: int, steps: int) -> dict[str, Outcome]:
-    """Two layers (D = 32, H = 2) for each of :data:`~mha_lib.why._common.POSITIONS`.
+def positions_trial(seed: int, steps: int, kinds: tuple[str, ...] = POSITIONS) -> dict[str, Outcome]:
+    """Two layers (D = 32, H = 2) for each of ``kinds`` (:data:`~mha_lib.why._common.POSITIONS`).
 
     ``accuracy_1x`` on held-out sequences of the training length, ``accuracy_2x`` on sequences
     twice as long. The learned table has 2 * 16 rows (the last 16 are never trained); the
@@ -81,7 +81,7 @@ def positions_trial(seed: int, steps: int) -> dict[str, Outcome]:
     test_1x = _two_back_batch(_NUM_TEST, _TRAIN_LEN, held_out)
     test_2x = _two_back_batch(_NUM_TEST, 2 * _TRAIN_LEN, held_out)
     out = {}
-    for positions in POSITIONS:
+    for positions in kinds:
         model = seeded(seed, lambda: SequenceModel(_V, _D, _H, 2, 2 * _TRAIN_LEN, positions))
         history = fit(model, _loss, _batches(seed, lambda g: _two_back_batch(64, _TRAIN_LEN, g)),
                       steps=steps, lr=3e-3, warmup=min(50, steps))
@@ -95,9 +95,9 @@ def positions_trial(seed: int, steps: int) -> dict[str, Outcome]:
 _NORM_LAYERS, _NORM_LR = 6, 3e-2
 
 
-def norm_trial(seed: int, steps: int) -> dict[str, Outcome]:
+def norm_trial(seed: int, steps: int, lr: float = _NORM_LR) -> dict[str, Outcome]:
     """Six blocks (D = 32, H = 2, learned positions) pre-LN or post-LN, with a warm-up over the
-    first quarter of the steps or none, at the learning rate 0.03 (same parameters)."""
+    first quarter of the steps or none, at the learning rate ``lr`` (same parameters)."""
     out = {}
     for norm_first in (True, False):
         for warmup in (steps // 4, 0):
@@ -105,7 +105,7 @@ def norm_trial(seed: int, steps: int) -> dict[str, Outcome]:
             model = seeded(seed, lambda: SequenceModel(_V, _D, _H, _NORM_LAYERS, _TRAIN_LEN, "learned",
                                                        norm_first=norm_first))
             history = fit(model, _loss, _batches(seed, lambda g: _two_back_batch(32, _TRAIN_LEN, g)),
-                          steps=steps, lr=_NORM_LR, warmup=warmup)
+                          steps=steps, lr=lr, warmup=warmup)
             losses = history["train_loss"]
             metrics = {"params": float(parameter_count(model)),
                        "final_loss": float(losses[-max(1, len(losses) // 10):].mean()),

@@ -205,3 +205,41 @@ def test_a_session_gives_an_exercise_at_least_its_stated_time(page, root):
                 assert row.minutes >= minutes[row.labels[0]], (session.title, row.cells)
                 checked += 1
     assert checked >= 2  # the second session's exercises state their times
+
+
+# ------------------------------------------------------------------------- the exercises themselves
+
+EXERCISE_DIRECTIVE = re.compile(r"^```\{exercise\}(?P<title>[^\n]*)\n(?P<body>.*?)^```", re.MULTILINE | re.DOTALL)
+STATED_COUNT = re.compile(r"\b(?P<count>\d+) in all\b")
+
+
+def exercises(chapters: Path) -> list[tuple[str, str, str]]:
+    """``(notebook, title, body)`` of every ``{exercise}`` directive of the book, in order."""
+    found = []
+    for path in sorted(chapters.glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                found += [(path.stem, m["title"].strip(), m["body"]) for m in EXERCISE_DIRECTIVE.finditer(cell.source)]
+    return found
+
+
+def test_the_directive_parser_finds_each_exercise_with_its_title():
+    source = "```{exercise} One\n:label: ex-1-a\n\n**Difficulty 1 · 5 min.**\nText.\n```\n\n```{exercise}\n:label: ex-1-b\nNo title.\n```"
+    found = EXERCISE_DIRECTIVE.findall(source)
+    assert [title.strip() for title, _ in found] == ["One", ""]
+    assert STATED_TIME.search(found[0][1]) and not STATED_TIME.search(found[1][1])
+
+
+def test_teaching_md_states_the_number_of_exercises_of_the_book(page, root):
+    stated = STATED_COUNT.search(page.split("\n## ", 1)[0])
+    assert stated is not None, "teaching.md's opening paragraph states no '<n> in all'"
+    assert int(stated["count"]) == len(exercises(root / "chapters"))
+
+
+def test_every_exercise_has_a_title_a_label_a_difficulty_and_a_time(root):
+    found = exercises(root / "chapters")
+    assert len(found) > 50
+    missing = [(notebook, title or "(no title)", body.split("\n", 1)[0]) for notebook, title, body in found
+               if not title or not re.search(r"^:label:\s*ex-\S+", body, re.MULTILINE)
+               or not STATED_TIME.search(body)]
+    assert not missing, missing

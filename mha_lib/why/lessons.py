@@ -1,0 +1,142 @@
+"""What each claim of :mod:`mha_lib.why` holds for, beside the run that could overturn it.
+
+A claim is worded to what its runs measured, with its range of validity (size, steps,
+learning rate); its *threat* (:data:`mha_lib.why.THREATS`) changes the first thing a sceptic
+would change. :func:`lessons_table` is chapter 13's summary: the lesson, what would change it,
+and the threat's result read from the shipped runs (mean ± half the range over the seeds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from mha_lib.why.results import load_results, shipped_metrics
+
+__all__ = ["LESSONS", "Lesson", "lessons_table", "threat_stat"]
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One claim of chapter 13, worded to what its pair of runs shows.
+
+    Attributes:
+        shows: what the claim run and its threat show together, with where it holds.
+        change: what would change it (the threat run, or the run nobody has made yet).
+        threat: ``threat(results) -> str``, the threat's result from the shipped results.
+    """
+
+    shows: str
+    change: str
+    threat: Callable[[dict], str]
+
+
+def threat_stat(name: str, variant: str, metric: str, results: dict | None = None) -> tuple[float, float, list[float]]:
+    """``(mean, half the range, values)`` of ``metric`` of ``variant`` of run ``name`` over the shipped seeds."""
+    runs = shipped_metrics(name, load_results() if results is None else results)
+    values = [per[variant][metric] for per in runs.values()]
+    return sum(values) / len(values), (max(values) - min(values)) / 2, values
+
+
+def _pct(name: str, variant: str, metric: str, results: dict) -> str:
+    mean, half, _ = threat_stat(name, variant, metric, results)
+    return f"{mean:.0%} ± {half:.0%}"
+
+
+def _num(name: str, variant: str, metric: str, results: dict, digits: int = 2) -> str:
+    mean, half, _ = threat_stat(name, variant, metric, results)
+    return f"{mean:.{digits}f} ± {half:.{digits}f}"
+
+
+def _heads(r: dict) -> str:
+    one = (f"H=1 {_pct('heads_3x', 'H=1', 'accuracy', r)}, its weights "
+           f"{_num('heads_3x', 'H=1', 'previous_weight', r)} / {_num('heads_3x', 'H=1', 'last_weight', r)}")
+    return f"3000 steps: {one}; H=2 {_pct('heads_3x', 'H=2', 'accuracy', r)}"
+
+
+def _scale(r: dict) -> str:
+    _, _, t5 = threat_stat("scale_t5", "no scale, T5 init", "final_loss", r)
+    return (f"T5 init: the same softmax at the start as the scaled model, then a loss of "
+            f"{', '.join(f'{v:.2f}' for v in t5)} on the three seeds (scaled "
+            f"{_num('scale_t5', '1/sqrt(d)', 'final_loss', r)}, unscaled {_num('scale_t5', 'no scale', 'final_loss', r)})")
+
+
+def _positions(r: dict) -> str:
+    long = (f"causal mask alone, 3000 steps: {_pct('positions_5x', 'causal', 'accuracy_1x', r)} "
+            f"({_pct('positions_5x', 'causal', 'accuracy_2x', r)} at twice the length)")
+    copy = ", ".join(f"{v} {_pct('positions_unseen', v, 'accuracy_unseen', r)}"
+                     for v in ("rotary", "sinusoidal", "learned", "causal"))
+    return (f"{long}; copying at offsets never trained (rotary "
+            f"{_pct('positions_unseen', 'rotary', 'accuracy_seen', r)} at the trained ones): {copy}")
+
+
+def _norm(r: dict) -> str:
+    runs = shipped_metrics("norm_lr", r)
+    parts = []
+    for lr in ("0.003", "0.01", "0.03"):
+        failed = {norm: sum(per[f"{norm}, {warm}, lr={lr}"]["final_loss"] > 1 for per in runs.values()
+                            for warm in ("warm-up", "no warm-up"))
+                  for norm in ("pre-LN", "post-LN")}
+        parts.append(f"lr {lr}: pre-LN fails {failed['pre-LN']}, post-LN {failed['post-LN']} of {2 * len(runs)} runs")
+    return "; ".join(parts)
+
+
+def _kv(r: dict) -> str:
+    return (f"story model, 1500 steps: loss MHA {_num('kv_story', 'MHA (Hkv=4)', 'loss', r)}, "
+            f"MQA {_num('kv_story', 'MQA (Hkv=1)', 'loss', r)}; recall MHA "
+            f"{_pct('kv_story', 'MHA (Hkv=4)', 'recall', r)}, MQA {_pct('kv_story', 'MQA (Hkv=1)', 'recall', r)}")
+
+
+LESSONS: dict[str, Lesson] = {
+    "heads": Lesson(
+        shows="In the same 1000 steps one head of size 32 is worse than two, four or eight smaller "
+              "heads with the same parameters, and its weights stay split between the two keys it "
+              "needs; three times the steps buy it accuracy, not a second lookup. D = 32, 10^4 "
+              "parameters, learning rate 0.003.",
+        change="more steps: one head might catch up (`heads_3x`)",
+        threat=_heads),
+    "scale": Lesson(
+        shows="At d = 128 unscaled scores start the softmax nearly one-hot with half the gradient, "
+              "and the model stays near chance for 300 steps at the learning rate 0.001. The factor "
+              "folded into W_q's initialisation (T5) gives the scaled model's start, then trains well "
+              "on one seed of three: the factor sets the start and the size of W_q's steps.",
+        change="fold the 1/sqrt(d) into W_q's initialisation instead, as T5 does (`scale_t5`)",
+        threat=_scale),
+    "positions": Lesson(
+        shows="Two layers of width 32, learning rate 0.003: without positions or a mask attention sees "
+              "a set; the causal mask alone learns the two-back offset slowly (a third right after 600 "
+              "steps, five in six after 3000); learned, sinusoidal and rotary positions learn it in "
+              "600, and rotary carries the trained offset to twice the length. At offsets never "
+              "trained none carries over, rotary least.",
+        change="more steps for the causal mask alone (`positions_5x`); offsets never seen in "
+               "training (`positions_unseen`)",
+        threat=_positions),
+    "norm": Lesson(
+        shows="Six blocks of width 32, 300 steps: at the learning rate 0.03 post-LN fails where pre-LN "
+              "trains; at 0.003 all four variants train. Pre-LN tolerates larger steps; at small ones "
+              "the place of the LayerNorm made no difference.",
+        change="other learning rates (`norm_lr`: 3e-3, 1e-2, 3e-2)",
+        threat=_norm),
+    "kv_heads": Lesson(
+        shows=KV_SHOWS,
+        change="a task where one key/value head must serve several lookups (`kv_story`)",
+        threat=_kv),
+    "output": Lesson(
+        shows="In one layer followed by an MLP, fixing W_o at the identity changes nothing measurable "
+              "on this task (100% either way): W_o is where the heads meet inside the layer, and the "
+              "MLP mixes them too. 1000 steps, learning rate 0.003.",
+        change="a model with no MLP after the attention, or several layers (not run)",
+        threat=lambda r: "not run"),
+}
+"""claim -> its lesson, in the order of :data:`mha_lib.why.CLAIMS`."""
+
+
+def lessons_table(results: dict | None = None) -> str:
+    """Chapter 13's summary as a Markdown table: each claim as the runs support it, what would
+    change it, and its threat's result from the shipped runs."""
+    results = load_results() if results is None else results
+    lines = ["| experiment | what the runs show, and where | what would change this | the threat's result |",
+             "| --- | --- | --- | --- |"]
+    for name, lesson in LESSONS.items():
+        lines.append(f"| `{name}` | {lesson.shows} | {lesson.change} | {lesson.threat(results)} |")
+    return "\n".join(lines)
