@@ -22,7 +22,7 @@ conclusion follows from the spread over the seeds, naming each mistake of
 
 from __future__ import annotations
 
-from mha_lib.why import CLAIMS, EXPERIMENTS, load_results, run
+from mha_lib.why import CLAIMS, EXPERIMENTS, THREATS, load_results, run
 from mha_lib.why.results import shipped_metrics
 
 from mha_lib.exercises.catalogue import MISTAKES
@@ -46,8 +46,10 @@ def _check_spec(spec: object) -> dict:
             raise ValueError(f"spec['{key}'] is missing: expected it, got the keys {sorted(spec)}")
     if spec["claim"] not in CLAIMS:
         raise ValueError(f"spec['claim'] must be one of {list(CLAIMS)}, got {spec['claim']!r}")
-    if spec["experiment"] not in EXPERIMENTS:
-        raise ValueError(f"spec['experiment'] must be one of {sorted(EXPERIMENTS)}, got {spec['experiment']!r}")
+    runs_of_claim = (spec["claim"], *THREATS[spec["claim"]])
+    if spec["experiment"] not in runs_of_claim:
+        raise ValueError(f"spec['experiment'] must be a run of the claim {spec['claim']!r}, one of "
+                         f"{list(runs_of_claim)}, got {spec['experiment']!r}")
     known = EXPERIMENTS[spec["experiment"]].variants
     variants = spec["variants"]
     if not isinstance(variants, (list, tuple)) or len(variants) < 2 or not set(variants) <= set(known):

@@ -2,13 +2,17 @@
 
 Each experiment trains a few variants of one model that differ in one choice (the number of
 heads, the 1/sqrt(d), positions, where the LayerNorm goes, key/value heads, ``W_o``), from the
-same seed, for the same steps, on a task built so that the choice matters. Every run takes
-less than a minute of CPU on one thread:
+same seed, for the same steps, on a task built so that the choice matters. Every claim's run
+takes less than a minute of CPU on one thread, every threat's at most three:
 
 * :data:`EXPERIMENTS`  name -> :class:`Experiment` (``.question``, ``.claim``, ``.variants``)
 * :func:`run`          ``run(name, seed, steps=None) -> {variant: {metric: value}}``
 * :func:`load_results` the runs shipped with the book (seeds 0, 1, 2), with their curves
 * ``python -m mha_lib.why NAME --seeds 0 1 2`` reruns one and prints mean and spread
+* :data:`CLAIMS` the experiments that make a claim; :data:`THREATS` claim -> the runs that
+  could overturn it (more steps, another initialisation, a learning-rate sweep, a harder
+  task), each at most three CPU minutes per seed; :mod:`mha_lib.why.lessons` words each claim
+  to what the pair shows
 
 The results of a run are deterministic on one machine; on another CPU the numbers differ a
 little (training amplifies the last bits of the kernels), the directions of the claims do not.
@@ -37,28 +41,31 @@ EXPERIMENTS: dict[str, Experiment] = {
         Experiment(
             name="heads",
             question="Why several heads rather than one?",
-            claim="On a task that needs two lookups at once, one head of size 32 is clearly worse "
-                  "than two, four or eight smaller heads with the same parameters, on every seed: "
-                  "it splits its weight between the two keys instead of finding both.",
+            claim="On a task that needs two lookups at once, in the same 1000 steps one head of size "
+                  "32 is worse than two, four or eight smaller heads with the same parameters, on "
+                  "every seed: it splits its weight between the two keys instead of finding both "
+                  "(D = 32, learning rate 0.003; with three times the steps see heads_3x).",
             variants=("H=1", "H=2", "H=4", "H=8"), metric="accuracy", higher_is_better=True,
             steps=1000, differs="nothing: W_q, W_k, W_v, W_o are D x D for every H (D = 32)",
             where="01_model", trial=heads_trial),
         Experiment(
             name="scale",
             question="Why divide the scores by sqrt(d)?",
-            claim="At head size d = 128 without the scale, the softmax starts nearly one-hot, "
-                  "passes about half the gradient, and the model is still near chance after 300 "
-                  "steps, when the scaled one is right about two times in three.",
+            claim="At head size d = 128 without the scale (and the usual initialisation), the "
+                  "softmax starts nearly one-hot, passes about half the gradient, and the model is "
+                  "still near chance after 300 steps at the learning rate 0.001, when the scaled one "
+                  "is right about two times in three (the factor in W_q's initialisation: scale_t5).",
             variants=("1/sqrt(d)", "no scale"), metric="final_loss", higher_is_better=False,
             steps=300, differs="nothing (the unscaled scores are q.k, the same parameters)",
             where="01_model", trial=scale_trial),
         Experiment(
             name="positions",
             question="Does a decoder need positions, and which kind?",
-            claim="Without positions or a mask attention sees a set and fails; a causal mask alone "
-                  "recovers a little of the order in the same steps; learned, sinusoidal and rotary "
-                  "positions solve the task at the training length, and only rotary still solves it "
-                  "at twice the length.",
+            claim="Without positions or a mask attention sees a set and fails; in the same 600 steps "
+                  "a causal mask alone recovers a little of the order (more with more steps: "
+                  "positions_5x); learned, sinusoidal and rotary positions solve the task at the "
+                  "training length, and only rotary still solves it at twice the length, at an "
+                  "offset seen in training (unseen offsets: positions_unseen).",
             variants=("none", "causal", "learned", "sinusoidal", "rotary"), metric="accuracy_2x",
             higher_is_better=True, steps=600,
             differs="learned positions add a 32 x 32 table; the others add no parameters",
@@ -66,8 +73,8 @@ EXPERIMENTS: dict[str, Experiment] = {
         Experiment(
             name="norm",
             question="Why pre-LN rather than the original post-LN?",
-            claim="At depth 6 and a high learning rate, pre-LN trains with or without warm-up, "
-                  "while post-LN stays near chance.",
+            claim="At depth 6, width 32 and the learning rate 0.03, pre-LN trains with or without "
+                  "warm-up, while post-LN stays near chance (at 0.003 all four train: norm_lr).",
             variants=("pre-LN, warm-up", "pre-LN, no warm-up", "post-LN, warm-up", "post-LN, no warm-up"),
             metric="final_loss", higher_is_better=False, steps=300,
             differs="nothing (the same blocks, the LayerNorms in other places)",
@@ -76,9 +83,9 @@ EXPERIMENTS: dict[str, Experiment] = {
             name="kv_heads",
             question="What do fewer key/value heads cost (GQA, MQA)?",
             claim="On the task of the heads experiment, four query heads sharing two key/value "
-                  "heads, or one, learn it as well as four with their own (every seed reaches 100%) "
-                  "and about as fast (the step at which each learns it varies as much between seeds "
-                  "as between variants), with a KV cache two or four times smaller.",
+                  "heads, or one, learn it as well as four with their own (every seed reaches 100%, "
+                  "so this task cannot show a cost) and about as fast, with a KV cache two or four "
+                  "times smaller (where K/V capacity binds: kv_story).",
             variants=("MHA (Hkv=4)", "GQA (Hkv=2)", "MQA (Hkv=1)"), metric="learned_at",
             higher_is_better=False, steps=1000,
             differs="W_k and W_v shrink from D x D to D x Hkv*d (fewer parameters with fewer Hkv)",

@@ -13,11 +13,11 @@ from typing import Callable
 
 from mha_lib.why.results import load_results, shipped_metrics
 
-__all__ = ["LESSONS", "Lesson", "lessons_table", "threat_stat"]
+__all__ = ["LESSONS", "lessons_table", "threat_stat"]
 
 
 @dataclass(frozen=True)
-class Lesson:
+class _Lesson:
     """One claim of chapter 13, worded to what its pair of runs shows.
 
     Attributes:
@@ -83,45 +83,49 @@ def _norm(r: dict) -> str:
 
 def _kv(r: dict) -> str:
     return (f"story model, 1500 steps: loss MHA {_num('kv_story', 'MHA (Hkv=4)', 'loss', r)}, "
-            f"MQA {_num('kv_story', 'MQA (Hkv=1)', 'loss', r)}; recall MHA "
-            f"{_pct('kv_story', 'MHA (Hkv=4)', 'recall', r)}, MQA {_pct('kv_story', 'MQA (Hkv=1)', 'recall', r)}")
+            f"MQA {_num('kv_story', 'MQA (Hkv=1)', 'loss', r)}; possession MHA "
+            f"{_pct('kv_story', 'MHA (Hkv=4)', 'possession', r)}, MQA "
+            f"{_pct('kv_story', 'MQA (Hkv=1)', 'possession', r)}; recall 100% both")
 
 
-LESSONS: dict[str, Lesson] = {
-    "heads": Lesson(
+LESSONS: dict[str, _Lesson] = {
+    "heads": _Lesson(
         shows="In the same 1000 steps one head of size 32 is worse than two, four or eight smaller "
               "heads with the same parameters, and its weights stay split between the two keys it "
               "needs; three times the steps buy it accuracy, not a second lookup. D = 32, 10^4 "
               "parameters, learning rate 0.003.",
         change="more steps: one head might catch up (`heads_3x`)",
         threat=_heads),
-    "scale": Lesson(
+    "scale": _Lesson(
         shows="At d = 128 unscaled scores start the softmax nearly one-hot with half the gradient, "
               "and the model stays near chance for 300 steps at the learning rate 0.001. The factor "
               "folded into W_q's initialisation (T5) gives the scaled model's start, then trains well "
               "on one seed of three: the factor sets the start and the size of W_q's steps.",
         change="fold the 1/sqrt(d) into W_q's initialisation instead, as T5 does (`scale_t5`)",
         threat=_scale),
-    "positions": Lesson(
+    "positions": _Lesson(
         shows="Two layers of width 32, learning rate 0.003: without positions or a mask attention sees "
-              "a set; the causal mask alone learns the two-back offset slowly (a third right after 600 "
-              "steps, five in six after 3000); learned, sinusoidal and rotary positions learn it in "
+              "a set; the causal mask alone learns the two-back offset slowly (28 to 32% after 600 "
+              "steps, 82 to 84% after 3000); learned, sinusoidal and rotary positions learn it in "
               "600, and rotary carries the trained offset to twice the length. At offsets never "
               "trained none carries over, rotary least.",
         change="more steps for the causal mask alone (`positions_5x`); offsets never seen in "
                "training (`positions_unseen`)",
         threat=_positions),
-    "norm": Lesson(
+    "norm": _Lesson(
         shows="Six blocks of width 32, 300 steps: at the learning rate 0.03 post-LN fails where pre-LN "
               "trains; at 0.003 all four variants train. Pre-LN tolerates larger steps; at small ones "
               "the place of the LayerNorm made no difference.",
         change="other learning rates (`norm_lr`: 3e-3, 1e-2, 3e-2)",
         threat=_norm),
-    "kv_heads": Lesson(
-        shows=KV_SHOWS,
+    "kv_heads": _Lesson(
+        shows="On the digit task every variant reaches 100%, so it cannot show a cost; the cache "
+              "shrinks by exactly H / Hkv. On chapter 12's story model (1500 steps, 10^5 parameters, "
+              "learning rate 0.006) one key/value head per layer costs held-out loss on every seed "
+              "and most of the possession relation; pronouns and colours it learns as well.",
         change="a task where one key/value head must serve several lookups (`kv_story`)",
         threat=_kv),
-    "output": Lesson(
+    "output": _Lesson(
         shows="In one layer followed by an MLP, fixing W_o at the identity changes nothing measurable "
               "on this task (100% either way): W_o is where the heads meet inside the layer, and the "
               "MLP mixes them too. 1000 steps, learning rate 0.003.",

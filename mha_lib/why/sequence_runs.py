@@ -100,7 +100,7 @@ def norm_trial(seed: int, steps: int, lr: float = _NORM_LR) -> dict[str, Outcome
     first quarter of the steps or none, at the learning rate ``lr`` (same parameters)."""
     out = {}
     for norm_first in (True, False):
-        for warmup in (steps // 4, 0):
+        for warmup in (max(1, steps // 4), 0):  # (at least one step: a run of 2 steps has a warm-up too)
             name = f"{'pre' if norm_first else 'post'}-LN, {'warm-up' if warmup else 'no warm-up'}"
             model = seeded(seed, lambda: SequenceModel(_V, _D, _H, _NORM_LAYERS, _TRAIN_LEN, "learned",
                                                        norm_first=norm_first))
