@@ -7,8 +7,8 @@ Each threat changes the one thing a sceptic would change first and keeps everyth
 * :func:`scale_t5_trial`       no 1/sqrt(d) in the scores, but W_q's initialisation divided by
   sqrt(d) (as T5 does), beside the scaled model and the plain unscaled one
 * :func:`causal_long_trial`    the causal mask alone for five times the steps (3000)
-* :func:`unseen_offsets_trial` the *first token* task: at twice the training length the
-  needed offsets (16 to 31) were never seen in training
+* :func:`unseen_offsets_trial` the *copy* task: trained to copy 4 to 7 tokens (offsets 4 to
+  7), measured copying 12 to 15 at twice the length (offsets never seen in training)
 * :func:`norm_lr_trial`        pre-LN and post-LN over the learning rates 3e-3, 1e-2, 3e-2
 * :func:`kv_story_trial`       MHA against MQA on chapter 12's story model, where the keys and
   values of one head must serve the pronoun, the colour and the object at once
@@ -36,7 +36,7 @@ from mha_lib.lm import evaluate, held_out_stories
 from mha_lib.lm import train as train_story
 from mha_lib.why._common import Outcome, SequenceModel, fit, parameter_count, seeded, summarise_curve
 from mha_lib.why.digit_runs import _digit_outcome, _train, _unscaled, scale_trial
-from mha_lib.why.sequence_runs import _D, _H, _TRAIN_LEN, _V, _accuracy, _batches, _loss, norm_trial
+from mha_lib.why.sequence_runs import _D, _H, _TRAIN_LEN, _V, _accuracy, _batches, _loss, norm_trial, positions_trial
 
 __all__ = [
     "NORM_LRS",
@@ -73,8 +73,6 @@ def scale_t5_trial(seed: int, steps: int) -> dict[str, Outcome]:
 
 def causal_long_trial(seed: int, steps: int) -> dict[str, Outcome]:
     """The positions experiment's ``causal`` and ``rotary`` decoders, ``steps`` long (two back)."""
-    from mha_lib.why.sequence_runs import positions_trial
-
     return positions_trial(seed, steps, kinds=("causal", "rotary"))
 
 
