@@ -37,7 +37,7 @@ from mha_lib._checks import (
 from mha_lib._settings import build
 from mha_lib.attention import FiniteDotProductAttention, score_operands
 from mha_lib.cached import query_positions
-from mha_lib.masking import check_positions, softmax_over_kept
+from mha_lib.masking import softmax_over_kept
 from mha_lib.multihead import MultiHeadAttention, AttentionLayer, check_head_shapes
 from mha_lib.scores import ScoreMod
 from mha_lib.positions import rotary
@@ -190,8 +190,7 @@ class GroupedQueryAttention(AttentionLayer):
             positions = query_positions(cache, positions, B, Lq, q.device)  # (1 or B, Lq)
         elif positions is None:
             positions = torch.arange(Lq, device=q.device)[None]  # (1, Lq)
-        else:
-            positions = check_positions(positions, B, Lq).to(q.device)  # (B, Lq)
+        # (else: (B, Lq), checked by _check_forward, the one place that checks them)
         positions = positions.expand(B, Lq)  # (1 or B, Lq) -> (B, Lq)
         key_positions = positions if Lk == Lq else torch.arange(Lk, device=k.device)
         return rotary(q, positions), rotary(k, key_positions)
