@@ -212,10 +212,22 @@ def test_gemma2_round_trip_keeps_the_weights():
     assert back.config.attn_logit_softcapping == attn.config.attn_logit_softcapping
     ours = from_gemma2_attention(attn)
     assert ours.score_mod == softcap(0.5)
-    torch.testing.assert_close(ours.W_q.weight, attn.q_proj.weight[ours_rows(attn)] * math.sqrt(8 / 5))
+    torch.testing.assert_close(ours.W_q.weight, attn.q_proj.weight[_halves_to_interleaved(attn)] * math.sqrt(8 / 5))
 
 
-def ours_rows(attn):
+def test_gemma2_without_a_cap():
+    """``attn_logit_softcapping=None``: no score modification, both ways."""
+    from transformers import Gemma2Config
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention
+
+    config = Gemma2Config(hidden_size=16, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                          num_hidden_layers=2, attn_logit_softcapping=None)
+    ours = from_gemma2_attention(Gemma2Attention(config, 0))
+    assert ours.score_mod is None
+    assert to_gemma2_attention(ours).config.attn_logit_softcapping is None
+
+
+def _halves_to_interleaved(attn):
     from mha_lib.positions import rope_permutation
 
     return rope_permutation(attn.head_dim, attn.config.num_attention_heads).argsort()
