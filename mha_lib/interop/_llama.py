@@ -17,7 +17,11 @@ Three things separate ``LlamaAttention`` from the book's
 ``MistralModel`` builds (query i sees keys i - window < j <= i), and so it does in the book:
 the converted layer attends with ``mask=mha_lib.masks.sliding_window(window)``, and a converted
 Mistral model (:class:`mha_lib.llama.LlamaLM` with ``sliding_window``) masks every layer so, at
-any length.
+any length. :func:`layer_mask` gives the mask of any such layer.
+
+gpt-oss and Gemma 2 keep this layout and change the scores; their converters
+(:mod:`mha_lib.interop._gpt_oss`, :mod:`mha_lib.interop._gemma2`) copy the weights with the
+helpers here (``_rope_layer_from``, ``_rope_layer_to``) and add what they change.
 
 Shape legend
     D    d_model (hidden_size)

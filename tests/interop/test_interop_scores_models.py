@@ -173,9 +173,8 @@ def test_decoding_with_a_cache_equals_eager(family):
     model, attns = _model(family, seed=3)
     ids = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(4))
     recorded = [_record(model, attns, ids[:, :5], use_cache=True)]
-    past = None
     with torch.no_grad():
-        past = model(ids[:, :5], use_cache=True).past_key_values
+        past = model(ids[:, :5], use_cache=True).cache
     for t in range(5, 9):
         step = torch.ones(2, t + 1, dtype=torch.long)
         recorded.append(_record(model, attns, ids[:, t:t + 1], cache=past, use_cache=True,
@@ -290,3 +289,15 @@ def test_bad_input():
         to_bloom_attention(MultiHeadAttention(8, 8, 8, 8, 2, 0.0))  # no ALiBi
     with pytest.raises(ValueError, match="mha"):
         to_bloom_attention(capped)
+
+
+def test_layer_mask_of_llama_and_mistral():
+    import transformers
+    from transformers.models.llama.modeling_llama import LlamaAttention
+    from transformers.models.mistral.modeling_mistral import MistralAttention
+
+    sizes = dict(hidden_size=16, num_attention_heads=2, num_key_value_heads=1)
+    llama = LlamaAttention(transformers.LlamaConfig(**sizes), 0)
+    mistral = MistralAttention(transformers.MistralConfig(**sizes, sliding_window=4), 0)
+    assert repr(layer_mask(llama)) == "causal()"
+    assert repr(layer_mask(mistral)) == "sliding_window(4)"
