@@ -8,12 +8,16 @@ and what it returned. The book's layer, converted, gets the same hidden states a
 book's mask; the layer converted back gets the recorded inputs.
 """
 
+import dataclasses
 import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
+from mha_lib._settings import build
 from mha_lib.decoding import KVCache
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.interop import (
@@ -301,3 +305,30 @@ def test_layer_mask_of_llama_and_mistral():
     mistral = MistralAttention(transformers.MistralConfig(**sizes, sliding_window=4), 0)
     assert repr(layer_mask(llama)) == "causal()"
     assert repr(layer_mask(mistral)) == "sliding_window(4)"
+
+
+@settings(max_examples=12, deadline=None)
+@given(family=st.sampled_from(FAMILIES), Hkv=st.integers(1, 2), g=st.integers(1, 3),
+       half=st.integers(1, 2), dropout=st.sampled_from([0.0, 0.25]), bias=st.booleans(),
+       cap=st.none() | st.just(2.0), window=st.none() | st.integers(1, 9), training=st.booleans())
+def test_round_trip_keeps_every_option(family, Hkv, g, half, dropout, bias, cap, window, training):
+    """The book's layer -> family -> the book's layer: the same settings (BLOOM: always
+    biases), the same mode, the same outputs."""
+    H = Hkv * g
+    D = H * 2 * half
+    if family == "bloom":
+        s = MultiHeadAttention.Settings(D, D, D, D, H, dropout, bias, score_mod=alibi(H, _bloom_slopes(H)))
+        layer = build(MultiHeadAttention, s).train(training)
+        back = from_bloom_attention(to_bloom_attention(layer))
+        s = dataclasses.replace(s, bias=True)
+    else:
+        s = GroupedQueryAttention.Settings(D, H, Hkv, dropout, bias, rope=True,
+                                           score_mod=None if family == "gpt_oss" or cap is None else softcap(cap),
+                                           sink_logits=family == "gpt_oss")
+        layer = build(GroupedQueryAttention, s).train(training)
+        to = to_gpt_oss_attention if family == "gpt_oss" else to_gemma2_attention
+        back = FROM[family](to(layer, sliding_window=window))
+    assert back.settings == s and back.training == training
+    x = torch.randn(2, 5, D)
+    with torch.no_grad():
+        torch.testing.assert_close(back.eval()(x, x, x), layer.eval()(x, x, x))
