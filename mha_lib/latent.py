@@ -17,10 +17,12 @@ attend to the latent itself, as if it were one key/value head of size r shared b
 then never builds K or V. A bias ``b`` of ``W_uk`` / ``W_uv`` rides along as one more latent
 coordinate that is always 1 (homogeneous coordinates), so the two forms are equal exactly.
 
-**Positions.** DeepSeek rotates a separate, small RoPE key shared by the heads and concatenates
-it to each head's key ("decoupled RoPE"): RoPE between ``q`` and ``W_uk`` would depend on the
-position and could not be folded into the queries. This module leaves positions out, as the
-chapter's experiment uses learned positions at the input; see the chapter for the argument.
+**Positions.** With ``rope=True`` the keys are rotated after ``W_uk`` (and the queries after
+``W_q``), as in any RoPE layer; the cache still keeps the latent, but the rotation now sits
+between ``q`` and ``W_uk`` and depends on the position, so ``W_uk`` can no longer be folded
+into the queries: the absorbed form is refused. DeepSeek-V2 keeps it by rotating a separate,
+small key shared by the heads and concatenating it to each head's key ("decoupled RoPE"),
+which this module leaves out.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from mha_lib.heads import merge_heads, split_heads
 from mha_lib.masking import visible
 from mha_lib.masks import causal
 from mha_lib.multihead import AttentionLayer, MultiHeadAttention, attend_heads
+from mha_lib.positions import rotary
 
 __all__ = ["LatentAttention", "LatentCache", "mla_from_mha"]
 
@@ -78,14 +81,18 @@ class LatentAttention(AttentionLayer):
             :class:`~mha_lib.multihead.MultiHeadAttention` (``value_size`` must equal
             ``key_size``: keys and values share the down-projection).
         rank: r, the latent's size.
+        rope: rotate queries and keys by their positions (RoPE) after the projections; needs an
+            even head size, and rules out the absorbed form (see the module).
 
     The call is ``MultiHeadAttention``'s, plus ``cache=`` (a :class:`LatentCache`: the queries
-    are new tokens that attend causally to the cached ones and themselves) and ``absorbed=``
-    (the absorbed form; the same numbers).
+    are new tokens that attend causally to the cached ones and themselves), ``positions``
+    (with RoPE, without a cache: (Lq,) or (B, Lq), the queries' and keys' positions) and
+    ``absorbed=`` (the absorbed form; the same numbers).
     """
 
     def __init__(self, key_size: int, query_size: int, value_size: int, d_model: int,
-                 num_heads: int, dropout: float, bias: bool = False, *, rank: int) -> None:
+                 num_heads: int, dropout: float, bias: bool = False, *, rank: int,
+                 rope: bool = False) -> None:
         super().__init__()
         for name, size in {"key_size": key_size, "query_size": query_size, "d_model": d_model,
                            "rank": rank, "value_size": value_size}.items():
@@ -97,6 +104,9 @@ class LatentAttention(AttentionLayer):
         if d_model % num_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         self.num_kv_heads, self.head_size, self.rank = num_heads, d_model // num_heads, rank
+        self.rope = check_bool(rope, "rope")
+        if rope and self.head_size % 2:
+            raise ValueError(f"rope=True needs an even head size d_model / num_heads, got {self.head_size}")
         self.attention = FiniteDotProductAttention(check_probability(dropout, "dropout"))
         self.W_q = nn.Linear(query_size, d_model, bias=check_bool(bias, "bias"))
         self.W_dkv = nn.Linear(key_size, rank, bias=False)  # x -> c, the latent
@@ -120,17 +130,20 @@ class LatentAttention(AttentionLayer):
 
     def forward(self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens=None, mask=None,
                 need_weights: bool = False, head_mask=None, *, cache: LatentCache | None = None,
-                absorbed: bool = False):
+                positions=None, absorbed: bool = False):
         """Attend through the latent; see the class. Returns output (B, Lq, D), or
         ``(output, weights)`` with weights (B, H, Lq, Lk)."""
         if cache is not None and not isinstance(cache, LatentCache):
             raise ValueError(f"cache must be a mha_lib.latent.LatentCache, got {type(cache).__name__}")
         if cache is not None and (keys is not queries or values is not queries):
             raise ValueError("with a cache, pass the new tokens as queries, keys and values alike")
-        if check_bool(absorbed, "absorbed") and need_weights:
-            raise ValueError("absorbed=True computes no weights: pass need_weights=False")
-        mask, gates, _, _ = self._check_forward(queries, keys, values, valid_lens, mask,
-                                                need_weights, head_mask, None, None)
+        if check_bool(absorbed, "absorbed") and (need_weights or self.rope):
+            raise ValueError("absorbed=True computes no weights and cannot fold W_uk past RoPE: "
+                             f"got need_weights={need_weights}, rope={self.rope}")
+        if cache is not None and positions is not None:
+            raise ValueError("positions: a LatentCache only appends; leave positions=None")
+        mask, gates, _, positions = self._check_forward(queries, keys, values, valid_lens, mask,
+                                                        need_weights, head_mask, None, positions)
         c = self.W_dkv(keys)  # (B, Lk, r): the latent, all the cache keeps of a token
         c_v = c if values is keys else self.W_dkv(values)  # (B, Lk, r)
         B, Lq = queries.shape[:2]
@@ -147,6 +160,13 @@ class LatentAttention(AttentionLayer):
             out = self._absorbed(q, c, c_v, seen, gates)  # (B, H, Lq, d)
             return self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
         k = split_heads(self.W_uk(c), self.num_heads)  # (B, Lk, r) -> (B, Lk, D) -> (B, H, Lk, d)
+        if self.rope:  # (positions given: a self-attention's queries and keys, checked above)
+            Lk = k.shape[2]
+            first = 0 if cache is None else Lk - Lq  # the queries follow the cached positions
+            k_positions = torch.arange(Lk, device=k.device) if positions is None else positions
+            if positions is None:
+                positions = torch.arange(first, first + Lq, device=q.device)  # (Lq,)
+            q, k = rotary(q, positions), rotary(k, k_positions)
         v = split_heads(self.W_uv(c_v), self.num_heads)  # (B, Lk, r) -> (B, Lk, D) -> (B, H, Lk, d)
         out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
                                     gates=gates)  # out: (B, H, Lq, d)

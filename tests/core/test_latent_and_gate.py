@@ -123,3 +123,24 @@ def test_gated_layers_prune_convert_and_rebuild_with_their_gates(gate):
     assert block.attention.settings.gate == gate and block.attention.gate is not None
     with pytest.raises(ValueError, match="gate"):
         GroupedQueryAttention(8, 4, 2, 0.0, gate="channel")
+
+
+def test_with_rope_the_cache_still_keeps_the_latent_but_nothing_folds():
+    torch.manual_seed(5)
+    mla = LatentAttention(8, 8, 8, 8, 2, 0.0, bias=True, rank=3, rope=True).double().eval()
+    x = torch.randn(2, 6, 8, dtype=torch.double)
+    full = mla(x, x, x, mask=causal())
+    cache = LatentCache()
+    prompt = x[:, :2]
+    steps = [mla(prompt, prompt, prompt, cache=cache)]
+    for t in range(2, 6):
+        token = x[:, t:t + 1]
+        steps.append(mla(token, token, token, cache=cache))
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-12, rtol=1e-10)
+    shifted = mla(x, x, x, mask=causal(), positions=torch.arange(3, 9))  # RoPE sees only offsets
+    torch.testing.assert_close(shifted, full, atol=1e-12, rtol=1e-10)
+    assert not torch.allclose(mla(x, x, x, mask=causal(), positions=torch.tensor([0, 2, 1, 3, 4, 5])), full)
+    with pytest.raises(ValueError, match="rope"):
+        mla(x, x, x, absorbed=True)
+    with pytest.raises(ValueError, match="even head size"):
+        LatentAttention(6, 6, 6, 6, 2, 0.0, rank=2, rope=True)
