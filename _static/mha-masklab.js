@@ -139,9 +139,9 @@
   function compute(data, spec) {
     var L = spec.L, b = spec.block, gs = groups(spec), mod = modifications(spec, data.num_heads);
     var q = data.q[spec.head], k = data.k[spec.head], d = data.head_dim;
-    var keep = [], weights = [], kept = 0;
+    var keep = [], weights = [], modified = [], kept = 0;
     for (var i = 0; i < L; i++) {
-      var row = [], scores = [], top = -Infinity;
+      var row = [], scores = [], raw = [], top = -Infinity;
       for (var j = 0; j < L; j++) {
         var yes = keepOf(gs, i, j);
         row.push(yes);
@@ -150,10 +150,12 @@
         for (var c = 0; c < d; c++) s += q[i][c] * k[j][c];
         s = s / Math.sqrt(d);
         if (mod) s = mod.apply(s, i, j);
+        raw.push(s);
         scores.push(yes ? s : -Infinity);
         if (yes && s > top) top = s;
       }
       keep.push(row);
+      modified.push(raw);
       var sum = 0, w = scores.map(function (v) { var e = v === -Infinity ? 0 : Math.exp(v - top); sum += e; return e; });
       weights.push(w.map(function (e) { return sum > 0 ? e / sum : 0; }));  // a row that sees nothing: zeros
     }
@@ -169,7 +171,7 @@
       }
       tiles.push(trow);
     }
-    return {keep: keep, weights: weights, tiles: tiles, computed: computed, full: full, total: n * n,
+    return {keep: keep, weights: weights, scores: modified, tiles: tiles, computed: computed, full: full, total: n * n,
             kept: kept, repr: reprOf(gs), mod: mod,
             mask_mod: "lambda b, h, q_idx, kv_idx: " + flexOf(gs),
             score_mod: mod ? "lambda score, b, h, q_idx, kv_idx: " + mod.flex : null};
@@ -183,18 +185,23 @@
 
   function figure(data, spec, out, narrow) {
     var L = spec.L, ticks = range(L), n = out.tiles.length;
-    var weightText = out.weights.map(function (row, i) {
-      return row.map(function (w, j) { return out.keep[i][j] ? "weight " + w.toFixed(3) : "hidden by the mask"; });
-    });
+    var scores = spec.panel === "scores";
+    function cellText(z, what) {
+      return z.map(function (row, i) {
+        return row.map(function (w, j) { return out.keep[i][j] ? what + " " + w.toFixed(3) : "hidden by the mask"; });
+      });
+    }
+    var weightText = cellText(out.weights, "weight"), scoreText = cellText(out.scores, "score");
     var traces = [
       {type: "heatmap", x: ticks, y: ticks, xaxis: "x", yaxis: "y", colorscale: "Cividis", zmin: 0, zmax: 1,
        showscale: false, z: out.keep.map(function (r) { return r.map(Number); }),
        text: out.keep.map(function (r) { return r.map(function (v) { return v ? "may see" : "hidden"; }); }),
        hovertemplate: "query %{y}, key %{x}: %{text}<extra></extra>"},
-      {type: "heatmap", x: ticks, y: ticks, xaxis: "x2", yaxis: "y2", colorscale: "Cividis", zmin: 0, zmax: 1,
-       showscale: false, text: weightText, hoverongaps: false,
-       z: out.weights.map(function (r, i) { return r.map(function (w, j) { return out.keep[i][j] ? w : null; }); }),
-       hovertemplate: "query %{y}, key %{x}: %{text}<extra></extra>"},
+      Object.assign({type: "heatmap", x: ticks, y: ticks, xaxis: "x2", yaxis: "y2", colorscale: "Cividis",
+       showscale: false, text: scores ? scoreText : weightText, hoverongaps: false,
+       z: (scores ? out.scores : out.weights).map(function (r, i) {
+         return r.map(function (w, j) { return out.keep[i][j] ? w : null; });
+       }), hovertemplate: "query %{y}, key %{x}: %{text}<extra></extra>"}, scores ? {} : {zmin: 0, zmax: 1}),
       {type: "heatmap", x: range(n), y: range(n), xaxis: "x3", yaxis: "y3", colorscale: "Cividis", zmin: 0, zmax: 2,
        showscale: false, z: out.tiles,
        text: out.tiles.map(function (r) { return r.map(function (s) { return TILE_TEXT[s]; }); }),
@@ -204,8 +211,13 @@
     var step = L <= 8 ? 1 : L <= 16 && !narrow ? 2 : L <= 16 ? 1 : 4;  // integer ticks
     ["", "2", "3"].forEach(function (a) {
       ["xaxis", "yaxis"].forEach(function (name) {
-        layout[name + a] = Object.assign({}, layout[name + a], {tickmode: "linear", tick0: 0, dtick: a === "3" ? 1 : step});
+        var cells = a === "3" ? n : L, ends = name === "yaxis" ? [cells - 0.5, -0.5] : [-0.5, cells - 0.5];
+        layout[name + a] = Object.assign({}, layout[name + a], {tickmode: "linear", tick0: 0,
+          dtick: a === "3" ? 1 : step, range: ends, autorange: false, constrain: "domain"});
       });
+    });
+    layout.annotations = layout.annotations.map(function (a, p) {  // the panels' titles
+      return p === 1 ? Object.assign({}, a, {text: scores ? "scores, modified" : "weights"}) : a;
     });
     layout.shapes = [];  // the tiles' edges over the mask and the weights
     ["x", "x2"].forEach(function (xa, p) {
@@ -221,6 +233,8 @@
 
   function init(box) {
     if (box.mhaMaskLab) return;
+    var waiting = box.querySelector(".mha-masklab-waiting");
+    if (waiting) waiting.remove();  // the note for a page without this script
     var payload = JSON.parse(box.querySelector(".mha-masklab-data").textContent);
     var data = payload.data, spec = payload.spec;
     var gd = box.querySelector(".mha-masklab-figure");
@@ -245,7 +259,7 @@
       var s = {L: Number(control("L").value), block: Number(control("block").value),
                head: Number(control("head").value), terms: [], ops: [], mod: control("mod").value,
                cap: Number(control("cap").value), floor_scale: Number(control("floor_scale").value),
-               scale: spec.scale};
+               scale: spec.scale, panel: control("panel").value};
       for (var t = 0; t < 3; t++) {
         var name = control("kind" + t).value;
         if (!name) continue;

@@ -17,10 +17,11 @@ A *spec* (what the controls describe, the same dict in Python and in the page)::
 
     {"L": 12, "block": 4, "head": 0,
      "terms": [["sliding_window", 4], ["sinks", 2]], "ops": ["|"],
-     "mod": "alibi", "cap": 5.0, "floor_scale": 4.0, "scale": 0.5}
+     "mod": "alibi", "cap": 5.0, "floor_scale": 4.0, "scale": 0.5, "panel": "weights"}
 
 ``terms`` are one to three kinds of mask with their sizes, joined by ``ops`` ("&" or "|", with
-Python's precedence: ``&`` first); ``mod`` is one of :data:`_MODS`.
+Python's precedence: ``&`` first); ``mod`` is one of :data:`_MODS`; ``panel``: the second
+panel shows the "weights" or the "scores" after the modification (the bias or the cap seen).
 """
 
 from __future__ import annotations
@@ -128,8 +129,8 @@ def _lab_data(max_len: int = 16, num_heads: int = 8, head_dim: int = 4, seed: in
 
 
 def _reference(spec: dict, data: dict) -> dict:
-    """What the library computes for a spec: keep (L, L) bool, the weights (L, L) of head
-    ``spec["head"]`` (the one pipeline, :meth:`mha_lib.masking.Visible.softmax`, on the page's
+    """What the library computes for a spec: keep (L, L) bool, the modified scores and the
+    weights (L, L) of head ``spec["head"]`` (the one pipeline, :meth:`mha_lib.masking.Visible.softmax`, on the page's
     queries and keys), the tile states (nQ, nK) (0 skipped, 1 with the mask, 2 without) and
     the number of tiles computed."""
     L, H, d = spec["L"], data["num_heads"], data["head_dim"]
@@ -138,9 +139,10 @@ def _reference(spec: dict, data: dict) -> dict:
     k = torch.tensor(data["k"], dtype=torch.float64)[None, :, :L]
     scores = q @ k.transpose(-1, -2) / d ** 0.5  # (1, H, L, L)
     context = visible(mask, 1, L, L, score_mod=_lab_score_mod(spec, H))
+    modified = context.modify(scores.clone())[0, spec["head"]]  # (L, L) (softmax writes over scores)
     weights = context.with_heads().softmax(scores)[0, spec["head"]]  # (L, L)
     tiles = mask.tiles(1, L, L, spec["block"])
-    return {"keep": mask.dense(1, L, L)[0].tolist(), "weights": weights.tolist(),
+    return {"keep": mask.dense(1, L, L)[0].tolist(), "weights": weights.tolist(), "scores": modified.tolist(),
             "tiles": tiles.states.tolist(), "computed": tiles.computed, "total": tiles.total}
 
 
@@ -179,12 +181,14 @@ def _controls(spec: dict, data: dict) -> str:
     parts.append(_range("L", "Length L", L, 2, data["max_len"]))
     parts.append(_range("block", "Block size", spec["block"], 1, 8))
     parts.append(_range("head", f"Head h of {data['num_heads']}", spec["head"], 0, data["num_heads"] - 1))
+    parts.append(_select("panel", "Second panel", {"weights": "the weights", "scores": "the scores, modified"},
+                         spec["panel"]))
     return (f'<div class="mha-explorer-controls mha-masklab-controls" id="{_DIV_ID}-controls" '
             f'role="group" aria-label="Mask lab controls">{"".join(parts)}</div>')
 
 
 _DEFAULT_SPEC = {"L": 12, "block": 4, "head": 0, "terms": [["sliding_window", 4], ["sinks", 2]],
-                 "ops": ["|"], "mod": "none", "cap": 5.0, "floor_scale": 4.0, "scale": 0.5}
+                 "ops": ["|"], "mod": "none", "cap": 5.0, "floor_scale": 4.0, "scale": 0.5, "panel": "weights"}
 
 
 def site_mask_lab_html(spec: dict | None = None, *, max_len: int = 16, num_heads: int = 8,
@@ -215,11 +219,14 @@ def site_mask_lab_html(spec: dict | None = None, *, max_len: int = 16, num_heads
     caption = (f"The mask lab: keys left to right, queries top to bottom. First, the mask (yellow: "
                f"the query may see the key; dotted lines: the tiles' edges). Second, the attention "
                f"weights of one head of a seeded MultiHeadAttention of {num_heads} heads on a random "
-               f"sequence, after the score modification and the mask (masked keys blank). Third, "
+               f"sequence, after the score modification and the mask (masked keys blank), or its "
+               f"scores after the modification, before the softmax. Third, "
                f"the tiles of tiled attention: skipped (dark), computed with the mask (grey), "
                f"computed without it (yellow).")
     return (
-        f'<div class="mha-explorer mha-masklab" id="{_DIV_ID}">{_controls(spec, data)}'
+        f'<div class="mha-explorer mha-masklab" id="{_DIV_ID}">'
+        f'<p class="mha-masklab-waiting">The lab is drawn by the website\'s script; in Jupyter, '
+        f'use <code>mask_lab()</code>.</p>{_controls(spec, data)}'
         f'<p class="mha-masklab-code" aria-live="polite"><span data-lab-out="library"></span><br>'
         f'<span data-lab-out="flex"></span></p>'
         f'<p class="mha-masklab-counts" aria-live="polite" data-lab-out="counts"></p>'

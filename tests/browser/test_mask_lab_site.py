@@ -5,8 +5,9 @@ A small standalone page is written here (the lab's fragment, plotly.js and the b
 and stylesheet from ``_static``), so no book build is needed. For a few hundred seeded specs
 (every kind of mask alone, with & and | and with every modification, lengths 1 to 16, blocks
 1 to 8, every head) the page's ``mhaMaskLab.compute`` is compared with the library
-(``mask_lab_site._reference``: ``Mask.dense``, ``Mask.tiles``, ``Visible.softmax``): the mask
-and the tile states exactly, the weights to 1e-6, the mask's repr; the FlexAttention
+(``mask_lab_site._reference``: ``Mask.dense``, ``Mask.tiles``, ``Visible.modify``,
+``Visible.softmax``): the mask and the tile states exactly, the modified scores and the weights
+to 1e-6, the mask's repr; the FlexAttention
 ``mask_mod`` and ``score_mod`` the page names are run with torch and give the library's mask and
 modified scores. Then a reader composes a mask with the keyboard and the mouse at 1366 x 900 and
 390 x 844: the page shows the library's answer, fits the phone's width, and axe-core finds
@@ -131,7 +132,7 @@ def _flex_checks(spec: dict, data: dict, got: dict) -> None:
 
 _COMPUTE_JS = """([data, specs]) => specs.map((s) => {
   const out = window.mhaMaskLab.compute(data, s);
-  return {keep: out.keep, weights: out.weights, tiles: out.tiles, computed: out.computed,
+  return {keep: out.keep, weights: out.weights, scores: out.scores, tiles: out.tiles, computed: out.computed,
           total: out.total, repr: out.repr, mask_mod: out.mask_mod, score_mod: out.score_mod};
 })"""
 
@@ -153,6 +154,9 @@ def test_the_page_computes_what_the_library_computes(open_context, site_url):
         torch.testing.assert_close(torch.tensor(got["weights"], dtype=torch.float64),
                                    torch.tensor(want["weights"], dtype=torch.float64),
                                    atol=1e-6, rtol=0, msg=lambda m: f"{spec}: {m}")
+        torch.testing.assert_close(torch.tensor(got["scores"], dtype=torch.float64),
+                                   torch.tensor(want["scores"], dtype=torch.float64),
+                                   atol=1e-6, rtol=0, msg=lambda m: f"{spec}: scores: {m}")
         _flex_checks(spec, data, got)
     assert page.console_errors == [] and page.external_requests == []
 
@@ -205,7 +209,8 @@ def test_a_reader_composes_a_mask_and_a_score_modification(open_context, site_ur
     page.focus("#mha-masklab-head")
     page.keyboard.press("ArrowRight")
     spec = {"L": 12, "block": 4, "head": 1, "terms": [["causal", 0], ["sliding_window", 3], ["sinks", 1]],
-            "ops": ["&", "|"], "mod": "alibi", "cap": 5.0, "floor_scale": 4.0, "scale": 0.5}
+            "ops": ["&", "|"], "mod": "alibi", "cap": 5.0, "floor_scale": 4.0, "scale": 0.5,
+            "panel": "weights"}
     shown = _wait(page, terms=spec["terms"], ops=spec["ops"], mod="alibi", head=1)
     want = _reference(spec, data)
     assert shown["z"][0] == [[int(v) for v in row] for row in want["keep"]]
@@ -217,6 +222,12 @@ def test_a_reader_composes_a_mask_and_a_score_modification(open_context, site_ur
     assert "mask = (causal() & sliding_window(3)) | sinks(1)" in shown["library"]
     assert "score_mod = alibi(8)" in shown["library"] and "score_mod = lambda score" in shown["flex"]
     assert f"{want['computed']} of {want['total']} computed" in shown["counts"]
+    # the bias itself: the second panel shows the scores after ALiBi
+    page.select_option("#mha-masklab-panel", "scores")
+    shown = _wait(page, panel="scores", mod="alibi")
+    for got_row, want_row, keep in zip(shown["z"][1], want["scores"], want["keep"]):
+        assert max(abs(g - w) for g, w, k in zip(got_row, want_row, keep) if k) < 1e-6
+        assert all((g is None) == (not k) for g, k in zip(got_row, keep))
     # soft-capping shows its cap; a shorter sequence, larger blocks
     page.select_option("#mha-masklab-mod", "softcap")
     assert page.locator("#mha-masklab-cap").is_visible()

@@ -50,7 +50,7 @@ def test_every_kind_and_modification_has_its_control():
     for name in list(_KINDS) + list(_MODS):
         assert f'value="{name}"' in page
     ids = re.findall(r'<(?:input|select)[^>]* id="([^"]+)"', page)
-    assert len(ids) == 14  # 3 kinds, 3 sizes, 2 joins, modification, cap, floor_scale, L, block, head
+    assert len(ids) == 15  # 3 kinds, 3 sizes, 2 joins, modification, cap, floor_scale, L, block, head, panel
     for i in ids:
         assert f'<label for="{i}">' in page  # every control has its label
     data = json.loads(re.search(r'<script type="application/json"[^>]*>(.*?)</script>', page).group(1))
