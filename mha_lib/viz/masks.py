@@ -20,7 +20,7 @@ from mha_lib._checks import check_positive_int
 from mha_lib.flash import tiled_attention
 from mha_lib.masks import Mask, causal, chunked, document, padding, prefix_lm, sinks, sliding_window
 from mha_lib.multihead import MultiHeadAttention
-from mha_lib.scores import ScoreMod
+from mha_lib.scores import ScoreMod, alibi, softcap
 
 __all__ = ["compose", "lab_frame", "mask_lab", "mask_lab_figure"]
 
@@ -120,7 +120,8 @@ def mask_lab_figure(mask: Mask, L: int = 12, *, block_size: int = 4,
 
 
 def mask_lab(L: int = 12, block_size: int = 4):
-    """The live lab (ipywidgets): compose a mask with the controls, see the three panels."""
+    """The live lab (ipywidgets): compose a mask with the controls, add a score modification
+    (ALiBi, soft-capping at 2, both), see the three panels (head 0 of 2)."""
     import ipywidgets as widgets
 
     L = check_positive_int(L, "L")
@@ -134,18 +135,22 @@ def mask_lab(L: int = 12, block_size: int = 4):
         valid_len=widgets.IntSlider(value=0, min=0, max=L, description="real tokens"),
         left=widgets.Checkbox(value=False, description="left padding"),
     )
+    mods = {"no score modification": None, "ALiBi": alibi(2), "soft-capping 2": softcap(2.0),
+            "ALiBi >> soft-capping 2": alibi(2) >> softcap(2.0)}
+    modification = widgets.Dropdown(options=list(mods), description="scores")
     out = widgets.Output()
 
     def redraw(change=None):
         # The figure goes into the widget's state, not through a captured display: captured
         # output (``with out:``) can leave a notebook runner waiting for its cell to end.
         values = {name: control.value for name, control in controls.items()}
-        figure = mask_lab_figure(compose(L=L, **values), L, block_size=block_size)
+        figure = mask_lab_figure(compose(L=L, **values), L, block_size=block_size,
+                                 score_mod=mods[modification.value])
         bundle = pio.renderers["plotly_mimetype"].to_mimebundle(figure.to_dict())
         out.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
 
-    for control in controls.values():
+    for control in [*controls.values(), modification]:
         control.observe(redraw, names="value")
     redraw()
     return widgets.VBox([widgets.HBox(list(controls.values())[:4]),
-                         widgets.HBox(list(controls.values())[4:]), out])
+                         widgets.HBox([*list(controls.values())[4:], modification]), out])

@@ -68,3 +68,14 @@ def test_every_kind_and_modification_has_its_control():
 def test_bad_specs_are_refused(spec, word):
     with pytest.raises(ValueError, match=word):
         site_mask_lab_html(spec)
+
+
+def test_the_live_lab_adds_a_score_modification():
+    from mha_lib.viz.masks import mask_lab
+
+    lab = mask_lab(L=8)
+    out = lab.children[2]
+    plain = out.outputs[0]
+    lab.children[1].children[-1].value = "ALiBi"  # the score modification
+    assert len(out.outputs) == 1 and out.outputs[0] != plain
+    assert "alibi(2" in out.outputs[0]["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"]
