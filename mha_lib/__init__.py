@@ -7,6 +7,16 @@ Layers, lowest first (a layer imports only from the ones above it in this list):
 * :mod:`mha_lib.heads`     ``transpose_qkv`` / ``transpose_output``
 * :mod:`mha_lib.multihead` ``MultiHeadAttention``
 * upper layers (``viz``, ``variants``, ``bench``, ``importance``, ...) build on these.
+
+The notation of every docstring, comment, figure and chapter:
+
+Shape legend
+    B   batch size
+    H   number of heads (h: one head's index)
+    Lq  number of queries
+    Lk  number of key-value pairs
+    d   head size
+    D   H*d, the model width ``d_model``
 """
 
 from mha_lib.attention import DotProductAttention

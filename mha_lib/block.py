@@ -64,8 +64,8 @@ class TransformerBlock(nn.Module):
         layer_norm_eps: the ``eps`` of both LayerNorms.
         num_kv_heads: Hkv key/value heads (dividing ``num_heads``) for grouped-query attention.
         rope: rotate queries and keys by their positions (RoPE); needs an even head size.
-        score_mod, sink_logits: the attention layer's (a :class:`mha_lib.scores.ScoreMod`;
-            learned sink logits), as for :class:`~mha_lib.MultiHeadAttention`.
+        score_mod, sink_logits, gate: the attention layer's (a :class:`mha_lib.scores.ScoreMod`;
+            learned sink logits; an output gate), as for :class:`~mha_lib.MultiHeadAttention`.
 
     ``block.settings`` holds these arguments (a :class:`TransformerBlock.Settings`).
     """
@@ -84,6 +84,7 @@ class TransformerBlock(nn.Module):
         rope: bool = False
         score_mod: ScoreMod | None = None
         sink_logits: bool = False
+        gate: str | None = None
 
     def __init__(
         self,
@@ -98,6 +99,7 @@ class TransformerBlock(nn.Module):
         rope: bool = False,
         score_mod: ScoreMod | None = None,
         sink_logits: bool = False,
+        gate: str | None = None,
     ) -> None:
         super().__init__()
         check_positive_int(d_model, "d_model")  # (the attention layer would name its key_size)
@@ -107,7 +109,7 @@ class TransformerBlock(nn.Module):
         layer_norm_eps = check_positive_number(layer_norm_eps, "layer_norm_eps")
         self.norm_first = check_bool(norm_first, "norm_first")
         check_bool(rope, "rope")
-        scores = {"score_mod": score_mod, "sink_logits": sink_logits}
+        scores = {"score_mod": score_mod, "sink_logits": sink_logits, "gate": gate}
         if num_kv_heads is not None or rope:
             kv_heads = num_heads if num_kv_heads is None else num_kv_heads
             self.attention = GroupedQueryAttention(d_model, num_heads, kv_heads, dropout,
@@ -123,7 +125,8 @@ class TransformerBlock(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.settings = self.Settings(d_model, num_heads, d_ff, float(dropout), norm_first,
-                                      layer_norm_eps, num_kv_heads, rope, score_mod, sink_logits)
+                                      layer_norm_eps, num_kv_heads, rope, score_mod, sink_logits,
+                                      gate)
 
     def forward(
         self,

@@ -24,13 +24,8 @@ V x V tables that can be read token by token (Elhage et al., 2021):
 * :func:`diagonal_scores` and :func:`copying_scores` say how much such a table matches a
   token with itself.
 
-Shape legend
-    B    batch size
-    H    number of heads
-    Lq   number of queries
-    Lk   number of key-value pairs
-    d    head size
-    D    d_model
+Shapes in the book's notation (:mod:`mha_lib`): B batch, H heads, Lq queries, Lk key-value
+pairs, d head size, D = H*d = ``d_model``.
 """
 
 from __future__ import annotations

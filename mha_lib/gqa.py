@@ -37,7 +37,7 @@ from mha_lib._checks import (
 from mha_lib._settings import build
 from mha_lib.attention import FiniteDotProductAttention, score_operands
 from mha_lib.cached import query_positions
-from mha_lib.masking import check_positions, softmax_over_kept
+from mha_lib.masking import softmax_over_kept
 from mha_lib.multihead import MultiHeadAttention, AttentionLayer, check_head_shapes
 from mha_lib.scores import ScoreMod
 from mha_lib.positions import rotary
@@ -128,7 +128,7 @@ class GroupedQueryAttention(AttentionLayer):
         bias: whether the four projections have a bias.
         rope: rotate queries and keys by their positions (RoPE, :func:`mha_lib.positions.rotary`)
             after the projections; needs an even head size d.
-        score_mod, sink_logits: as for :class:`~mha_lib.multihead.MultiHeadAttention`.
+        score_mod, sink_logits, gate: as for :class:`~mha_lib.multihead.MultiHeadAttention`.
 
     The forward is :class:`~mha_lib.multihead.MultiHeadAttention`'s (one forward for both):
     query head h reads key/value head h // (H / Hkv); with a cache, the cache stores Hkv heads
@@ -152,10 +152,12 @@ class GroupedQueryAttention(AttentionLayer):
         rope: bool = False
         score_mod: ScoreMod | None = None
         sink_logits: bool = False
+        gate: str | None = None
 
     def __init__(
         self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float, bias: bool = False,
         rope: bool = False, *, score_mod: ScoreMod | None = None, sink_logits: bool = False,
+        gate: str | None = None,
     ) -> None:
         super().__init__()
         D = check_positive_int(d_model, "d_model")
@@ -180,7 +182,9 @@ class GroupedQueryAttention(AttentionLayer):
         self.W_v = nn.Linear(D, Hkv * self.head_size, bias=bias)
         self.W_o = nn.Linear(D, D, bias=bias)
         self._init_scores(score_mod, sink_logits)  # (see MultiHeadAttention)
-        self.settings = self.Settings(D, H, Hkv, float(dropout), bias, rope, score_mod, sink_logits)
+        self._init_gate(gate, D)
+        self.settings = self.Settings(D, H, Hkv, float(dropout), bias, rope, score_mod, sink_logits,
+                                      gate)
 
     def _rotate(self, q: Tensor, k: Tensor, cache, positions) -> tuple[Tensor, Tensor]:
         """RoPE: rotate queries (B, H, Lq, d) and keys (B, Hkv, Lk, d) by their positions."""
@@ -190,8 +194,7 @@ class GroupedQueryAttention(AttentionLayer):
             positions = query_positions(cache, positions, B, Lq, q.device)  # (1 or B, Lq)
         elif positions is None:
             positions = torch.arange(Lq, device=q.device)[None]  # (1, Lq)
-        else:
-            positions = check_positions(positions, B, Lq).to(q.device)  # (B, Lq)
+        # (else: (B, Lq), checked by _check_forward, the one place that checks them)
         positions = positions.expand(B, Lq)  # (1 or B, Lq) -> (B, Lq)
         key_positions = positions if Lk == Lq else torch.arange(Lk, device=k.device)
         return rotary(q, positions), rotary(k, key_positions)
@@ -234,11 +237,13 @@ def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAtte
     d, g = D // H, H // Hkv
     # mha's settings, less the sizes checked above, and Hkv
     settings = GroupedQueryAttention.Settings(D, H, Hkv, s.dropout, bias=s.bias,
-                                              score_mod=s.score_mod, sink_logits=s.sink_logits)
+                                              score_mod=s.score_mod, sink_logits=s.sink_logits,
+                                              gate=s.gate)
     gqa = build(GroupedQueryAttention, settings, like=mha)
     with torch.no_grad():
-        gqa.W_q.load_state_dict(mha.W_q.state_dict())
-        gqa.W_o.load_state_dict(mha.W_o.state_dict())
+        for name in ("W_q", "W_o", "gate"):  # (the output gate reads the queries' input too)
+            if getattr(mha, name) is not None:
+                getattr(gqa, name).load_state_dict(getattr(mha, name).state_dict())
         if mha.sink_logits is not None:
             gqa.sink_logits.copy_(mha.sink_logits)
         for name in ("W_k", "W_v"):

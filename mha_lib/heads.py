@@ -21,11 +21,12 @@ number of dimensions, and for a head count that is not an integer >= 1 dividing 
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from mha_lib._checks import check_positive_int, check_tensor, quiet_when_traced
 
-__all__ = ["merge_heads", "split_heads", "transpose_output", "transpose_qkv"]
+__all__ = ["gate_heads", "merge_heads", "split_heads", "transpose_output", "transpose_qkv"]
 
 
 def split_heads(X: Tensor, num_heads: int) -> Tensor:
@@ -51,6 +52,26 @@ def merge_heads(X: Tensor) -> Tensor:
     B, H, L, d = check_tensor(X, "X", 4).shape
     X = X.permute(0, 2, 1, 3)  # (B, H, L, d) -> (B, L, H, d)
     return X.reshape(B, L, H * d)  # (B, L, H, d) -> (B, L, D)
+
+
+def gate_heads(X: Tensor, gate_logits: Tensor) -> Tensor:
+    """Scale each head's output by sigmoid gates: one per head, or one per feature.
+
+    The output gate of gated attention (Qiu et al., 2025; Qwen3-Next): ``sigmoid(logits)`` in
+    (0, 1) lets a head say "nothing here" without spending weight on a key.
+
+    Shapes:
+        X: (B, H, Lq, d), the heads' outputs
+        gate_logits: (B, Lq, H) head-wise, or (B, Lq, H*d) element-wise
+        returns: (B, H, Lq, d)
+    """
+    H = X.shape[1]
+    gates = torch.sigmoid(gate_logits)
+    if gates.shape[-1] == H:  # head-wise: one gate per head
+        gates = gates.transpose(1, 2)[..., None]  # (B, Lq, H) -> (B, H, Lq, 1)
+    else:  # element-wise: one gate per feature of each head's output
+        gates = split_heads(gates, H)  # (B, Lq, H*d) -> (B, H, Lq, d)
+    return X * gates
 
 
 def transpose_qkv(X: Tensor, num_heads: int) -> Tensor:

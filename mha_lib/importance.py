@@ -376,6 +376,10 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
         pruned.W_o.weight.copy_(mha.W_o.weight[:, rows])  # (D, H*d) -> (D, H'*d)
         if mha.sink_logits is not None:
             pruned.sink_logits.copy_(mha.sink_logits[kept])  # (H,) -> (H',)
+        if mha.gate is not None:  # a head's gate logit, or its d features' logits
+            gate_rows = torch.tensor(kept) if mha.settings.gate == "head" else rows
+            pruned.gate.weight.copy_(mha.gate.weight[gate_rows])  # (H or H*d, in) -> (H' or H'*d, in)
+            pruned.gate.bias.copy_(mha.gate.bias[gate_rows])
         if mha.W_o.bias is not None:
             pruned.W_o.bias.copy_(mha.W_o.bias)
     return pruned

@@ -50,7 +50,7 @@ from mha_lib.attention import (
     guards_change_nothing,
 )
 from mha_lib.cached import AttentionCache, cached_keys_values, check_cached_attention
-from mha_lib.heads import merge_heads, split_heads
+from mha_lib.heads import gate_heads, merge_heads, split_heads
 from mha_lib.masking import CheckedLens, Visible, as_mask, check_positions, read_valid_lens, visible
 from mha_lib.scores import ScoreMod
 from mha_lib.masks import Mask
@@ -85,6 +85,14 @@ class AttentionLayer(nn.Module):
         self.sink_logits = nn.Parameter(torch.zeros(self.num_heads)) if check_bool(
             sink_logits, "sink_logits") else None
 
+    def _init_gate(self, gate: str | None, query_size: int) -> None:
+        """``self.gate``, an ``nn.Linear`` from the queries' input to a gate logit per head
+        (``gate="head"``) or per output feature (``"element"``), or None (no gate)."""
+        if gate not in (None, "head", "element"):
+            raise ValueError(f'gate must be None, "head" or "element", got {gate!r}')
+        width = self.num_heads if gate == "head" else self.num_heads * self.head_size
+        self.gate = None if gate is None else nn.Linear(query_size, width)
+
     #: The names of the inputs' feature sizes, in the error messages of :meth:`check_inputs`.
     _input_sizes = ("query_size", "key_size", "value_size")
 
@@ -114,7 +122,8 @@ class AttentionLayer(nn.Module):
     def check_plain_scores(self, target: str) -> None:
         """Raise a ``ValueError`` naming ``score_mod`` or ``sink_logits`` when the layer has
         one: a converter to ``target``, a layer that has neither, refuses it by name."""
-        for name, value in (("score_mod", self.score_mod), ("sink_logits", self.sink_logits)):
+        for name, value in (("score_mod", self.score_mod), ("sink_logits", self.sink_logits),
+                            ("gate", self.gate)):
             if value is not None:
                 raise ValueError(f"{target} has no {name}: convert a layer with {name}=None/False, "
                                  f"got {name}={value!r}")
@@ -170,6 +179,8 @@ class AttentionLayer(nn.Module):
         nonfinite = None if finite else lambda: NonFiniteRule.of(queries, keys, values, seen.raw)
         out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
                                     gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
+        if self.gate is not None:  # gated attention: each head's output times a sigmoid gate
+            out = gate_heads(out, self.gate(queries))  # (B, H, Lq, d)
         output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
         return (output, weights) if need_weights else output
 
@@ -245,6 +256,9 @@ class MultiHeadAttention(AttentionLayer):
             (``alibi(H)``, ``softcap(cap)``, ...), or None.
         sink_logits: a learned logit per head, ``module.sink_logits`` (H,), joins every
             query's softmax and is dropped (the weights then sum to less than 1).
+        gate: ``"head"`` or ``"element"``: each head's output is multiplied by
+            ``sigmoid(module.gate(queries))`` (an ``nn.Linear``: one gate per head, or one per
+            feature), before ``W_o`` (gated attention); None: no gate.
 
     ``module.settings`` holds these arguments (a :class:`MultiHeadAttention.Settings`): code
     that rebuilds the module changed (pruning, conversions) starts from it and keeps the rest.
@@ -264,6 +278,7 @@ class MultiHeadAttention(AttentionLayer):
         output_size: int | None = None  # None: D
         score_mod: ScoreMod | None = None
         sink_logits: bool = False
+        gate: str | None = None
 
         def __post_init__(self) -> None:
             if self.output_size == self.d_model:  # one way to say "the default"
@@ -282,6 +297,7 @@ class MultiHeadAttention(AttentionLayer):
         output_size: int | None = None,
         score_mod: ScoreMod | None = None,
         sink_logits: bool = False,
+        gate: str | None = None,
     ) -> None:
         super().__init__()
         sizes = {"key_size": key_size, "query_size": query_size, "value_size": value_size,
@@ -299,8 +315,10 @@ class MultiHeadAttention(AttentionLayer):
         self.W_v = nn.Linear(value_size, d_model, bias=bias)
         self.W_o = nn.Linear(d_model, sizes["output_size"], bias=bias)
         self._init_scores(score_mod, sink_logits)  # (see AttentionLayer)
+        self._init_gate(gate, query_size)
         self.settings = self.Settings(key_size, query_size, value_size, d_model, num_heads,
-                                      float(dropout), bias, output_size, score_mod, sink_logits)
+                                      float(dropout), bias, output_size, score_mod, sink_logits,
+                                      gate)
 
     @property
     def num_kv_heads(self) -> int:

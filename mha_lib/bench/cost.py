@@ -1,12 +1,8 @@
 """What attention costs on a CPU: the contenders of chapter 6, their race, FLOPs and memory.
 
-Shape legend
-    B   batch size
-    H   number of heads
-    Lq  number of queries
-    Lk  number of key-value pairs
-    d   head size, D / H
-    D   model width (queries, keys and values all have D features here)
+Shapes in the book's notation (:mod:`mha_lib`): B batch, H heads, Lq queries, Lk key-value
+pairs, d head size, D = H*d = ``d_model`` (queries, keys and values all
+have D features here).
 
 Run ``python -m mha_lib.bench`` for the full table of the book's chapter "What attention
 costs" (``--quick`` for a run of a few seconds, ``--help`` for the options). The timings are

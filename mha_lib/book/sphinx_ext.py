@@ -6,7 +6,8 @@
   script before any other, only on pages that draw a plotly figure, followed by
   ``mha-figures.js`` (phone layouts, and dark figures in the theme's dark mode; see
   ``mha_lib.book.plotly_mime``); on the page of the language-model explorer
-  (``mha_lib.viz.text_explorer``) only, its script ``mha-lm.js`` after them;
+  (``mha_lib.viz.text_explorer``) only, its script ``mha-lm.js`` after them; on the page of
+  the kernel-free mask lab (``mha_lib.viz.mask_lab_site``) only, ``mha-masklab.js``;
 * adds the site's stylesheet ``mha-site.css`` (no sideways scrolling on a phone, link
   contrast, the kernel-free explorer's controls, the search field kept on screen) and
   ``mha-site.js`` (scrollable regions reachable with the keyboard);
@@ -60,6 +61,8 @@ FIGURES_JS = "mha-figures.js"
 SITE_CSS = "mha-site.css"
 SITE_JS = "mha-site.js"
 LM_JS = "mha-lm.js"
+MASKLAB_JS = "mha-masklab.js"
+_MASKLAB_MARKER = 'class="mha-explorer mha-masklab"'  # the box of mha_lib.viz.mask_lab_site
 _LM_MARKER = 'id="lm-input"'  # the text box of mha_lib.viz.text_explorer.text_explorer_html
 # The theme's Font Awesome script tag (pydata-sphinx-theme 0.15: vendor/fontawesome/<v>/js/all.min.js)
 _FONTAWESOME_JS = re.compile(r'\s*<script src="[^"]*fontawesome/[^"]*/js/all\.min\.js[^"]*"></script>')
@@ -110,7 +113,7 @@ def _drop_widget_state(app, doctree) -> None:
 
 
 def _own_assets_once(app, config) -> None:
-    ours = {SITE_CSS, SITE_JS, FIGURES_JS, PLOTLY_JS, LM_JS, SEARCH_JS}
+    ours = {SITE_CSS, SITE_JS, FIGURES_JS, PLOTLY_JS, LM_JS, MASKLAB_JS, SEARCH_JS}
     for key in ("html_js_files", "html_css_files"):
         files = list(getattr(config, key, None) or [])
         kept = [f for f in files if (f[0] if isinstance(f, (tuple, list)) else f) not in ours]
@@ -159,6 +162,8 @@ def _page_assets(app, pagename, templatename, context, doctree) -> None:
         app.add_js_file(FIGURES_JS, priority=2)
         if _LM_MARKER in body:
             app.add_js_file(LM_JS, priority=3)
+        if _MASKLAB_MARKER in body:
+            app.add_js_file(MASKLAB_JS, priority=3)
     unused = ["sphinx-thebe"]  # its stylesheet: thebe's scripts are gone (see _drop_thebe)
     if not _DESIGN_CLASS.search(body):
         unused += ["sphinx-design", "design-tabs"]

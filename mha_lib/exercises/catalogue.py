@@ -11,13 +11,8 @@ plain words, what the mistake is and how to find it in one's own code.
 :mod:`mha_lib.exercises.grading` gives one point per family a checker covers, so a new
 setting needs its family here as well (a test says so).
 
-Shape legend (of the hints)
-    B   batch size
-    H   number of heads
-    Lq  number of queries
-    Lk  number of key-value pairs
-    d   head size
-    D   H*d, the model width ``d_model``
+The hints' shapes are in the book's notation (:mod:`mha_lib`): B batch, H heads, Lq queries, Lk key-value
+pairs, d head size, D = H*d = ``d_model``.
 """
 
 from __future__ import annotations

@@ -5,13 +5,8 @@ follows the same pattern as those of :mod:`mha_lib.exercises.core`: a mistake mo
 ``_<name>_variant(..., spec)`` (the reference for the empty spec), the cases, and one call of
 :func:`mha_lib.exercises.runner.run_cases` with the settings it may diagnose.
 
-Shape legend
-    B   batch size
-    H   number of heads
-    Lq  number of queries
-    Lk  number of key-value pairs
-    d   head size
-    D   H*d, the model width ``d_model``
+Shapes in the book's notation (:mod:`mha_lib`): B batch, H heads, Lq queries, Lk key-value
+pairs, d head size, D = H*d = ``d_model``.
 """
 
 from __future__ import annotations

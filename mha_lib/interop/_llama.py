@@ -17,7 +17,11 @@ Three things separate ``LlamaAttention`` from the book's
 ``MistralModel`` builds (query i sees keys i - window < j <= i), and so it does in the book:
 the converted layer attends with ``mask=mha_lib.masks.sliding_window(window)``, and a converted
 Mistral model (:class:`mha_lib.llama.LlamaLM` with ``sliding_window``) masks every layer so, at
-any length.
+any length. :func:`layer_mask` gives the mask of any such layer.
+
+gpt-oss and Gemma 2 keep this layout and change the scores; their converters
+(:mod:`mha_lib.interop._gpt_oss`, :mod:`mha_lib.interop._gemma2`) copy the weights with the
+helpers here (``_rope_layer_from``, ``_rope_layer_to``) and add what they change.
 
 Shape legend
     D    d_model (hidden_size)
@@ -34,9 +38,11 @@ from mha_lib._checks import check_positive_int
 from mha_lib._settings import build
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.llama import LlamaConfig, LlamaLM
+from mha_lib.masks import Mask, causal, sliding_window
 from mha_lib.positions import rope_permutation
+from mha_lib.scores import ScoreMod
 
-__all__ = ["from_hf_llama", "from_llama_attention", "to_llama_attention"]
+__all__ = ["from_hf_llama", "from_llama_attention", "layer_mask", "to_llama_attention"]
 
 _BOOK_ROPE_BASE = 10000.0
 """The base of :func:`mha_lib.positions.rotary` (the book's layers use its default)."""
@@ -60,18 +66,7 @@ def from_llama_attention(attn: nn.Module) -> GroupedQueryAttention:
 
     if not isinstance(attn, (LlamaAttention, MistralAttention)):
         raise ValueError(f"attn must be a LlamaAttention or MistralAttention, got {type(attn).__name__}")
-    D, H, Hkv, d = _check_config(attn.config, "attn.config")
-    settings = GroupedQueryAttention.Settings(D, H, Hkv, attn.config.attention_dropout,
-                                              bias=attn.q_proj.bias is not None, rope=True)
-    gqa = build(GroupedQueryAttention, settings, like=attn)
-    halves_to_interleaved = {"W_q": rope_permutation(d, H).argsort(),
-                             "W_k": rope_permutation(d, Hkv).argsort()}
-    with torch.no_grad():
-        for ours, theirs in (("W_q", attn.q_proj), ("W_k", attn.k_proj), ("W_v", attn.v_proj),
-                             ("W_o", attn.o_proj)):
-            rows = halves_to_interleaved.get(ours, slice(None))
-            _copy_linear(getattr(gqa, ours), theirs, rows)
-    return gqa
+    return _rope_layer_from(attn)
 
 
 def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None = None) -> nn.Module:
@@ -90,14 +85,9 @@ def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None
     from transformers.models.llama.modeling_llama import LlamaAttention
     from transformers.models.mistral.modeling_mistral import MistralAttention
 
-    if not isinstance(gqa, GroupedQueryAttention) or not gqa.rope:
-        got = type(gqa).__name__ + (" with rope=False" if isinstance(gqa, GroupedQueryAttention) else "")
-        raise ValueError(f"gqa must be an mha_lib.gqa.GroupedQueryAttention with rope=True, got {got}")
+    sizes = _rope_sizes(gqa)
     gqa.check_plain_scores("LlamaAttention")
-    s = gqa.settings  # every option of gqa, each one mapped (rope: checked above)
-    H, Hkv, d = s.num_heads, s.num_kv_heads, s.d_model // s.num_heads
-    sizes = dict(hidden_size=s.d_model, num_attention_heads=H, num_key_value_heads=Hkv, head_dim=d,
-                 attention_bias=s.bias, attention_dropout=s.dropout, attn_implementation="eager")
+    sizes["attention_bias"] = gqa.settings.bias
     if sliding_window is None:
         attn = LlamaAttention(HFLlamaConfig(**sizes), layer_idx=0)
     else:
@@ -107,14 +97,26 @@ def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None
                              "sliding_window=None for a LlamaAttention (attention_bias=True)")
         del sizes["attention_bias"]
         attn = MistralAttention(MistralConfig(sliding_window=sliding_window, **sizes), layer_idx=0)
-    weight = gqa.W_q.weight
-    attn = attn.to(dtype=weight.dtype, device=weight.device)
-    interleaved_to_halves = {"q_proj": rope_permutation(d, H), "k_proj": rope_permutation(d, Hkv)}
-    with torch.no_grad():
-        for theirs, ours in (("q_proj", gqa.W_q), ("k_proj", gqa.W_k), ("v_proj", gqa.W_v),
-                             ("o_proj", gqa.W_o)):
-            _copy_linear(getattr(attn, theirs), ours, interleaved_to_halves.get(theirs, slice(None)))
-    return attn.train(gqa.training)
+    return _rope_layer_to(gqa, attn)
+
+
+def layer_mask(attn: nn.Module) -> Mask:
+    """The book's mask for a Hugging Face decoder's attention layer at positions 0, 1, ...:
+    ``causal()``, or ``sliding_window(w)`` (query i sees keys i - w < j <= i, as
+    ``transformers``' ``sliding_window_overlay``: ``kv_idx > q_idx - w``) on a layer with a
+    window: Mistral's every layer, every other layer of Gemma 2 and gpt-oss
+    (``config.layer_types``, ``"sliding_attention"``; ``attn.sliding_window`` is then set).
+
+    Raises:
+        ValueError: ``attn`` not a Hugging Face attention layer.
+    """
+    if not isinstance(attn, nn.Module) or not type(attn).__name__.endswith("Attention"):
+        raise ValueError("attn must be a Hugging Face attention layer (a class named "
+                         f"...Attention), got {type(attn).__name__}")
+    window = getattr(attn, "sliding_window", None)
+    if window is None and type(attn).__name__ == "MistralAttention":  # (its config holds it)
+        window = getattr(attn.config, "sliding_window", None)
+    return causal() if window is None else sliding_window(window)
 
 
 def from_hf_llama(model: nn.Module) -> LlamaLM:
@@ -158,6 +160,64 @@ def from_hf_llama(model: nn.Module) -> LlamaLM:
         lm.norm.weight.copy_(hf.norm.weight)
         lm.unembedding.weight.copy_(model.lm_head.weight)
     return lm.train(model.training)
+
+
+def _rope_layer_from(attn: nn.Module, *, score_mod: ScoreMod | None = None,
+                     sink_logits: bool = False, query_scale: float = 1.0) -> GroupedQueryAttention:
+    """A ``GroupedQueryAttention(rope=True)`` holding the ``q_proj``, ``k_proj``, ``v_proj``,
+    ``o_proj`` of a Hugging Face attention layer in Llama's layout (RoPE in halves,
+    ``repeat_kv``): Llama, Mistral, Gemma 2, gpt-oss. ``W_q`` (and its bias) is multiplied by
+    ``query_scale``; the caller copies whatever else the family has (gpt-oss's sinks)."""
+    D, H, Hkv, d = _check_config(attn.config, "attn.config")
+    settings = GroupedQueryAttention.Settings(
+        D, H, Hkv, float(attn.config.attention_dropout), bias=attn.q_proj.bias is not None,
+        rope=True, score_mod=score_mod, sink_logits=sink_logits)
+    gqa = build(GroupedQueryAttention, settings, like=attn)
+    halves_to_interleaved = {"W_q": rope_permutation(d, H).argsort(),
+                             "W_k": rope_permutation(d, Hkv).argsort()}
+    with torch.no_grad():
+        for ours, theirs in (("W_q", attn.q_proj), ("W_k", attn.k_proj), ("W_v", attn.v_proj),
+                             ("W_o", attn.o_proj)):
+            rows = halves_to_interleaved.get(ours, slice(None))
+            _copy_linear(getattr(gqa, ours), theirs, rows)
+        _scale_linear(gqa.W_q, query_scale)
+    return gqa
+
+
+def _rope_sizes(gqa: object, name: str = "gqa") -> dict:
+    """The config sizes of a Llama-like Hugging Face layer with ``gqa``'s heads (eager
+    attention), once ``gqa`` is checked to be a ``GroupedQueryAttention`` with RoPE."""
+    if not isinstance(gqa, GroupedQueryAttention) or not gqa.rope:
+        got = type(gqa).__name__ + (" with rope=False" if isinstance(gqa, GroupedQueryAttention) else "")
+        raise ValueError(f"{name} must be an mha_lib.gqa.GroupedQueryAttention with rope=True, got {got}")
+    s = gqa.settings  # every option of gqa, each one mapped by the callers (rope: checked above)
+    H = s.num_heads
+    return dict(hidden_size=s.d_model, num_attention_heads=H, num_key_value_heads=s.num_kv_heads,
+                head_dim=s.d_model // H, attention_dropout=s.dropout, attn_implementation="eager")
+
+
+def _rope_layer_to(gqa: GroupedQueryAttention, attn: nn.Module, query_scale: float = 1.0) -> nn.Module:
+    """Copy ``gqa``'s weights into ``attn`` (Llama's layout, on ``gqa``'s dtype and device, in
+    its mode), ``q_proj`` (and its bias) multiplied by ``query_scale``: the inverse of
+    :func:`_rope_layer_from`."""
+    weight = gqa.W_q.weight
+    attn = attn.to(dtype=weight.dtype, device=weight.device)
+    d, H, Hkv = gqa.head_size, gqa.num_heads, gqa.num_kv_heads
+    interleaved_to_halves = {"q_proj": rope_permutation(d, H), "k_proj": rope_permutation(d, Hkv)}
+    with torch.no_grad():
+        for theirs, ours in (("q_proj", gqa.W_q), ("k_proj", gqa.W_k), ("v_proj", gqa.W_v),
+                             ("o_proj", gqa.W_o)):
+            _copy_linear(getattr(attn, theirs), ours, interleaved_to_halves.get(theirs, slice(None)))
+        _scale_linear(attn.q_proj, query_scale)
+    return attn.train(gqa.training)
+
+
+def _scale_linear(linear: nn.Linear, factor: float) -> None:
+    """Multiply the weight and the bias of ``linear`` by ``factor`` (in place, no grad)."""
+    if factor != 1.0:
+        linear.weight.mul_(factor)
+        if linear.bias is not None:
+            linear.bias.mul_(factor)
 
 
 def _check_config(cfg: object, name: str) -> tuple[int, int, int, int]:

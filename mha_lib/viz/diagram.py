@@ -10,13 +10,8 @@ into its symbol, so the picture cannot disagree with the code.
 The figure is made of plotly shapes and annotations only (no image), in one column of
 three lanes, so it reads on a 390 px phone as well as on a laptop.
 
-Shape legend
-    B   batch size
-    H   number of heads
-    Lq  number of queries
-    Lk  number of key-value pairs
-    d   head size
-    D   H*d, the model width ``d_model``
+Shapes in the book's notation (:mod:`mha_lib`): B batch, H heads, Lq queries, Lk key-value
+pairs, d head size, D = H*d = ``d_model``.
 """
 
 from __future__ import annotations

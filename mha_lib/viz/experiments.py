@@ -57,8 +57,9 @@ def training_curves(
     title: str,
     yaxis_title: str = "cross-entropy (nats)",
     log_y: bool = False,
+    xaxis_title: str = "training step",
 ) -> go.Figure:
-    """Losses (or any metric) against the training step, one line per entry of ``curves``.
+    """Losses (or any metric) against the training step (or another x), one line per entry of ``curves``.
 
     Args:
         steps: the x values (training steps).
@@ -66,6 +67,7 @@ def training_curves(
         title: the figure's title.
         yaxis_title: the y axis label.
         log_y: a logarithmic y axis (for losses that fall by orders of magnitude).
+        xaxis_title: the x axis label.
 
     Raises:
         ValueError: steps or a curve that is not finite numbers, or a curve whose length
@@ -79,7 +81,7 @@ def training_curves(
     _add_lines(fig, x, lines, "lines")
     fig.update_layout(
         title=title, height=380, margin=_MARGIN, legend=dict(orientation="h", y=-0.25),
-        xaxis_title="training step", yaxis=dict(title=yaxis_title, type="log" if log_y else "linear"),
+        xaxis_title=xaxis_title, yaxis=dict(title=yaxis_title, type="log" if log_y else "linear"),
         showlegend=len(lines) > 1,
     )
     return fig

@@ -1,6 +1,6 @@
 """The mask lab's pictures: a mask's matrix, a head's weights under it, the tiles tiled attention
-computes; live with ipywidgets, and kernel-free on the website (precomputed states, plotly
-buttons).
+computes; live with ipywidgets here, kernel-free on the website in
+:mod:`mha_lib.viz.mask_lab_site`.
 
 Shape legend
     L   sequence length (self-attention: Lq = Lk = L)
@@ -11,8 +11,6 @@ Keys on x, queries on y, colour-blind-safe scale (cividis).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import plotly.graph_objects as go
 import plotly.io as pio
 import torch
@@ -22,9 +20,9 @@ from mha_lib._checks import check_positive_int
 from mha_lib.flash import tiled_attention
 from mha_lib.masks import Mask, causal, chunked, document, padding, prefix_lm, sinks, sliding_window
 from mha_lib.multihead import MultiHeadAttention
-from mha_lib.scores import ScoreMod
+from mha_lib.scores import ScoreMod, alibi, softcap
 
-__all__ = ["PRESETS", "compose", "mask_lab", "mask_lab_figure", "static_mask_lab"]
+__all__ = ["compose", "lab_frame", "mask_lab", "mask_lab_figure"]
 
 _TITLES = ("mask", "weights", "tiles")
 _TILE_TEXT = {0: "skipped", 1: "with the mask", 2: "no mask needed"}
@@ -89,14 +87,19 @@ def _traces(mask: Mask, L: int, block_size: int, score_mod: ScoreMod | None = No
     ]
 
 
-def _frame(L: int) -> go.Figure:
-    fig = make_subplots(rows=1, cols=3, subplot_titles=_TITLES, horizontal_spacing=0.06)
-    for col in (1, 2, 3):
-        fig.update_xaxes(title_text="keys" if col < 3 else "key blocks", row=1, col=col,
-                         constrain="domain")
-        fig.update_yaxes(title_text="queries" if col < 3 else "query blocks", autorange="reversed",
-                         row=1, col=col, scaleanchor=f"x{col if col > 1 else ''}")
-    fig.update_layout(height=330, margin=dict(l=40, r=10, t=60, b=40), autosize=True,
+def lab_frame(*, narrow: bool = False) -> go.Figure:
+    """The lab's empty figure: three panels side by side (``narrow``: one above the other, for a
+    phone), keys on x, queries on y from the top."""
+    rows, cols = (3, 1) if narrow else (1, 3)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=_TITLES, horizontal_spacing=0.1,
+                        vertical_spacing=0.1)
+    for n in (1, 2, 3):
+        where = dict(row=n, col=1) if narrow else dict(row=1, col=n)
+        fig.update_xaxes(title_text="keys" if n < 3 else "key blocks", constrain="domain", **where)
+        fig.update_yaxes(title_text="queries" if n < 3 else "query blocks", autorange="reversed",
+                         scaleanchor=f"x{n if n > 1 else ''}", **where)
+    fig.update_layout(height=1000 if narrow else 330, autosize=True,
+                      margin=dict(l=40, r=10, t=40 if narrow else 60, b=40),
                       paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)")
     return fig
 
@@ -106,7 +109,8 @@ def mask_lab_figure(mask: Mask, L: int = 12, *, block_size: int = 4,
     """One mask seen three ways: its matrix, head 0's weights under it (of a layer of 2 heads
     with ``score_mod``, e.g. ``alibi(2)``), and the tiles of ``block_size`` x ``block_size``
     that tiled attention skips, masks or computes without a mask."""
-    fig = _frame(check_positive_int(L, "L"))
+    check_positive_int(L, "L")
+    fig = lab_frame()
     traces = _traces(mask, L, check_positive_int(block_size, "block_size"), score_mod)
     for col, trace in enumerate(traces, 1):
         fig.add_trace(trace, row=1, col=col)
@@ -115,42 +119,9 @@ def mask_lab_figure(mask: Mask, L: int = 12, *, block_size: int = 4,
     return fig
 
 
-#: The lab's presets: a name and the controls of :func:`compose`.
-PRESETS: dict[str, dict] = {
-    "causal": dict(),
-    "sliding window 4": dict(window=4),
-    "StreamingLLM: window 4 + 2 sinks": dict(window=4, num_sinks=2),
-    "chunked, chunks of 4 (Llama 4)": dict(chunk=4),
-    "prefix-LM, prefix 5": dict(prefix=5),
-    "3 packed documents": dict(documents=3),
-    "right padding, 8 real tokens": dict(valid_len=8),
-    "left padding, 8 real tokens": dict(valid_len=8, left=True),
-    "no mask (an encoder)": dict(causal_=False),
-}
-
-
-def static_mask_lab(presets: Sequence[str] | None = None, *, L: int = 12, block_size: int = 4) -> go.Figure:
-    """The lab without a kernel: every preset precomputed, one button each (plotly updatemenus)."""
-    names = list(presets or PRESETS)
-    for name in names:
-        if name not in PRESETS:
-            raise ValueError(f"presets must be names of PRESETS {list(PRESETS)}, got {name!r}")
-    fig = _frame(check_positive_int(L, "L"))
-    states = [_traces(compose(L=L, **PRESETS[n]), L, check_positive_int(block_size, "block_size"))
-              for n in names]
-    for col, trace in enumerate(states[0], 1):
-        fig.add_trace(trace, row=1, col=col)
-    buttons = [dict(label=n, method="restyle",
-                    args=[{"z": [t.z for t in traces], "text": [traces[2].text] * 3}])
-               for n, traces in zip(names, states)]
-    fig.update_layout(updatemenus=[dict(buttons=buttons, direction="down", x=0, xanchor="left",
-                                        y=1.32, yanchor="top", showactive=True)],
-                      margin=dict(t=110))
-    return fig
-
-
 def mask_lab(L: int = 12, block_size: int = 4):
-    """The live lab (ipywidgets): compose a mask with the controls, see the three panels."""
+    """The live lab (ipywidgets): compose a mask with the controls, add a score modification
+    (ALiBi, soft-capping at 2, both), see the three panels (head 0 of 2)."""
     import ipywidgets as widgets
 
     L = check_positive_int(L, "L")
@@ -164,18 +135,22 @@ def mask_lab(L: int = 12, block_size: int = 4):
         valid_len=widgets.IntSlider(value=0, min=0, max=L, description="real tokens"),
         left=widgets.Checkbox(value=False, description="left padding"),
     )
+    mods = {"no score modification": None, "ALiBi": alibi(2), "soft-capping 2": softcap(2.0),
+            "ALiBi >> soft-capping 2": alibi(2) >> softcap(2.0)}
+    modification = widgets.Dropdown(options=list(mods), description="scores")
     out = widgets.Output()
 
     def redraw(change=None):
         # The figure goes into the widget's state, not through a captured display: captured
         # output (``with out:``) can leave a notebook runner waiting for its cell to end.
         values = {name: control.value for name, control in controls.items()}
-        figure = mask_lab_figure(compose(L=L, **values), L, block_size=block_size)
+        figure = mask_lab_figure(compose(L=L, **values), L, block_size=block_size,
+                                 score_mod=mods[modification.value])
         bundle = pio.renderers["plotly_mimetype"].to_mimebundle(figure.to_dict())
         out.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
 
-    for control in controls.values():
+    for control in [*controls.values(), modification]:
         control.observe(redraw, names="value")
     redraw()
     return widgets.VBox([widgets.HBox(list(controls.values())[:4]),
-                         widgets.HBox(list(controls.values())[4:]), out])
+                         widgets.HBox([*list(controls.values())[4:], modification]), out])

@@ -35,7 +35,7 @@ def mha_settings(draw, self_attention=False):
     options = dict(key_size=size, query_size=size, value_size=size, d_model=st.just(D),
                    num_heads=st.just(H), dropout=st.sampled_from([0.0, 0.25]),
                    bias=st.booleans(), output_size=st.none() if self_attention else st.none() | st.integers(1, 5),
-                   score_mod=_score_mods(H), sink_logits=st.booleans())
+                   score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates())
     assert set(options) == _fields(MultiHeadAttention)  # a new option needs a strategy here
     return MultiHeadAttention.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -46,7 +46,7 @@ def gqa_settings(draw):
     H = Hkv * g
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), num_kv_heads=st.just(Hkv),
                    dropout=st.sampled_from([0.0, 0.25]), bias=st.booleans(), rope=st.booleans(),
-                   score_mod=_score_mods(H), sink_logits=st.booleans())
+                   score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates())
     assert set(options) == _fields(GroupedQueryAttention)
     return GroupedQueryAttention.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -58,7 +58,8 @@ def block_settings(draw):
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), d_ff=st.integers(1, 6),
                    dropout=st.sampled_from([0.0, 0.25]), norm_first=st.booleans(),
                    layer_norm_eps=st.sampled_from([1e-5, 1e-3]), num_kv_heads=st.just(kv),
-                   rope=st.booleans(), score_mod=_score_mods(H), sink_logits=st.booleans())
+                   rope=st.booleans(), score_mod=_score_mods(H), sink_logits=st.booleans(),
+                   gate=_gates())
     assert set(options) == _fields(TransformerBlock)
     return TransformerBlock.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -66,6 +67,11 @@ def block_settings(draw):
 def _score_mods(H: int):
     """None, or a score modification of every kind (one of H heads, one of none, both)."""
     return st.sampled_from([None, softcap(5.0), alibi(H), alibi(H) >> softcap(3.0)])
+
+
+def _gates():
+    """No output gate, one per head, or one per feature."""
+    return st.sampled_from([None, "head", "element"])
 
 
 def _fields(cls) -> set[str]:

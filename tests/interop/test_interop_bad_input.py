@@ -17,11 +17,18 @@ from mha_lib.circuits import (
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.interop import (
     copy_to_gpt2_attention,
+    from_bloom_attention,
+    from_gemma2_attention,
     from_gpt2_attention,
+    from_gpt_oss_attention,
     from_hf_llama,
     from_llama_attention,
     from_torch_mha,
+    layer_mask,
+    to_bloom_attention,
+    to_gemma2_attention,
     to_gpt2_attention,
+    to_gpt_oss_attention,
     to_llama_attention,
     to_torch_mha,
 )
@@ -37,7 +44,9 @@ JUNK = [None, 3, "attention", [1, 2], torch.zeros(2), nn.Linear(4, 4), float("na
     (from_torch_mha, "torch_mha"), (to_torch_mha, "mha"), (from_gpt2_attention, "attn"),
     (to_gpt2_attention, "mha"), (from_llama_attention, "attn"), (to_llama_attention, "gqa"),
     (from_hf_llama, "model"), (to_transformers, "model"), (qk_circuits, "mha"),
-    (ov_circuits, "mha"), (circuit_ranks, "circuits"),
+    (ov_circuits, "mha"), (circuit_ranks, "circuits"), (from_gpt_oss_attention, "attn"),
+    (to_gpt_oss_attention, "gqa"), (from_gemma2_attention, "attn"), (to_gemma2_attention, "gqa"),
+    (from_bloom_attention, "attn"), (to_bloom_attention, "mha"), (layer_mask, "attn"),
 ])
 def test_converters_name_their_argument(convert, name, junk):
     with pytest.raises(ValueError, match=name):
