@@ -13,6 +13,8 @@ takes less than a minute of CPU on one thread, every threat's at most three:
   could overturn it (more steps, another initialisation, a learning-rate sweep, a harder
   task), each at most three CPU minutes per seed; :mod:`mha_lib.why.lessons` words each claim
   to what the pair shows
+* :data:`TODAY` the experiments of today's attention on the story model (chapter 12c):
+  ``sinks``, ``gated``, ``mla`` (:mod:`mha_lib.why.modern_runs`)
 
 The results of a run are deterministic on one machine; on another CPU the numbers differ a
 little (training amplifies the last bits of the kernels), the directions of the claims do not.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from mha_lib.why._common import Experiment, Outcome, check_seed_and_steps
 from mha_lib.why.digit_runs import heads_trial, kv_heads_trial, output_trial, scale_trial
+from mha_lib.why.modern_runs import CACHES, gated_trial, mla_trial, sinks_trial
 from mha_lib.why.sequence_runs import norm_trial, positions_trial
 from mha_lib.why.threats import (
     NORM_LRS,
@@ -33,7 +36,7 @@ from mha_lib.why.threats import (
     unseen_offsets_trial,
 )
 
-__all__ = ["CLAIMS", "EXPERIMENTS", "Experiment", "THREATS", "load_results", "run", "run_outcomes"]
+__all__ = ["CLAIMS", "EXPERIMENTS", "Experiment", "THREATS", "TODAY", "load_results", "run", "run_outcomes"]
 
 EXPERIMENTS: dict[str, Experiment] = {
     experiment.name: experiment
@@ -150,12 +153,53 @@ EXPERIMENTS: dict[str, Experiment] = {
             variants=("MHA (Hkv=4)", "MQA (Hkv=1)"), metric="loss", higher_is_better=False,
             steps=1500, differs="W_k and W_v shrink from D x D to D x d in each layer (MQA)",
             where="12_language_model", trial=kv_story_trial, threatens="kv_heads"),
+        # --- today's attention, on the story model (chapter 12c) ------------------------------
+        Experiment(
+            name="sinks",
+            question="Does the story model park weight on its first token, and what do "
+                     "StreamingLLM's first keys add to a sliding window?",
+            claim="The shipped story model has no attention sink (no head puts more on the first "
+                  "token than an even spread would); decoding 56-token stories, a window of 8 "
+                  "nearly doubles the loss, the first four keys win back about a third of the gap "
+                  "and the first key alone almost nothing: here the first tokens help as content "
+                  "(the cast's names), not as a sink.",
+            variants=tuple(CACHES), metric="loss", higher_is_better=False, steps=1,
+            differs="nothing is trained: one shipped model, four caches (the seed picks the "
+                    "held-out stories; steps is not used)",
+            where="12c_attention_today", trial=sinks_trial),
+        Experiment(
+            name="gated",
+            question="Does a gate on each head's output help the story model?",
+            claim="On the story model (2 layers, D = 64, 1500 steps at the learning rate 0.006), "
+                  "an output gate per head or per feature raised the held-out loss by about 0.1 "
+                  "nats on every seed and cost most of the possession accuracy; the model had no "
+                  "sink for the gate to remove.",
+            variants=("no gate", "head gate", "element gate"), metric="loss",
+            higher_is_better=False, steps=1500,
+            differs="the gate's nn.Linear: D x H + H (head) or D x D + D (element) more parameters",
+            where="12c_attention_today", trial=gated_trial),
+        Experiment(
+            name="mla",
+            question="Does a latent keep more than one key/value head in the same cache?",
+            claim="With the cache of multi-query attention (32 numbers per token and layer), a "
+                  "latent of 32 (MLA, RoPE after the up-projection) did no better than one shared "
+                  "key/value head: both lost 0.05 to 0.09 nats and most of the possession "
+                  "accuracy against four heads, while two key/value heads (64 numbers) lost "
+                  "nothing (story model, 1500 steps, three seeds).",
+            variants=("MHA (Hkv=4)", "GQA (Hkv=2)", "MQA (Hkv=1)", "MLA (r=32)"), metric="loss",
+            higher_is_better=False, steps=1500,
+            differs="W_k and W_v: D x Hkv*d each (GQA, MQA), or W_dkv D x r and W_uk, W_uv r x D (MLA)",
+            where="12c_attention_today", trial=mla_trial),
     )
 }
-"""Every experiment, by name: the claims, then their threats."""
+"""Every experiment, by name: the claims, then their threats, then today's attention."""
 
-CLAIMS: tuple[str, ...] = tuple(name for name, e in EXPERIMENTS.items() if not e.threatens)
-"""The experiments that make a claim (the chapter's table)."""
+TODAY: tuple[str, ...] = ("sinks", "gated", "mla")
+"""The experiments of chapter 12c (today's attention on the story model)."""
+
+CLAIMS: tuple[str, ...] = tuple(name for name, e in EXPERIMENTS.items()
+                                if not e.threatens and name not in TODAY)
+"""The design-choice experiments that make a claim (chapter 13's table)."""
 
 THREATS: dict[str, tuple[str, ...]] = {
     claim: tuple(name for name, e in EXPERIMENTS.items() if e.threatens == claim) for claim in CLAIMS

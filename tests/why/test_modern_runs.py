@@ -26,3 +26,25 @@ def test_the_gated_and_latent_variants_differ_only_in_their_attention():
     assert latent["MQA (Hkv=1)"]["params"] < latent["MLA (r=32)"]["params"] < latent["MHA (Hkv=4)"]["params"]
     # the same initial weights and batches: the two plain models (no gate, MHA) are one model
     assert gated["no gate"]["loss"] == pytest.approx(latent["MHA (Hkv=4)"]["loss"], abs=1e-6)
+
+
+def test_the_shipped_runs_of_today_support_their_claims_on_every_seed():
+    from mha_lib.why import TODAY
+    from mha_lib.why.results import shipped_metrics
+
+    assert TODAY == ("sinks", "gated", "mla")
+    for runs in shipped_metrics("sinks").values():
+        loss = {name: m["loss"] for name, m in runs.items()}
+        gap = loss["window 8"] - loss["full cache"]
+        assert gap > 0.7
+        assert 0.2 < (loss["window 8"] - loss["window 8 + first 4"]) / gap < 0.45
+        assert (loss["window 8"] - loss["window 8 + first 1"]) / gap < 0.1
+    for runs in shipped_metrics("gated").values():
+        for gated in ("head gate", "element gate"):
+            assert runs[gated]["loss"] > runs["no gate"]["loss"] + 0.05
+            assert runs[gated]["possession"] < runs["no gate"]["possession"]
+        assert max(m["first_token_weight_max"] for m in runs.values()) < 0.1
+    for runs in shipped_metrics("mla").values():
+        mha, gqa, mqa, mla = (runs[v]["loss"] for v in ("MHA (Hkv=4)", "GQA (Hkv=2)", "MQA (Hkv=1)", "MLA (r=32)"))
+        assert abs(gqa - mha) < 0.02
+        assert mqa > mha + 0.04 and mla > mha + 0.04 and mla > mqa - 0.02
