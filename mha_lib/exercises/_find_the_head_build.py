@@ -32,13 +32,14 @@ _EXPERIMENTS = {"digits": digits, "induction": induction, "lm": lm}
 _SPECS = {
     # name: (experiment, config changes, seed of the head permutation)
     "digits-h4": ("digits", {"num_heads": 4, "seed": 1}, 3511),
-    "digits-h8": ("digits", {"num_heads": 8, "seed": 2}, 3512),
+    "digits-h8": ("digits", {"num_heads": 8, "seed": 4}, 3512),
     "induction-2l": ("induction", {"seed": 1, "eval_every": 500}, 3513),
     "induction-2l-h3": ("induction", {"num_heads": 3, "d_model": 48, "seed": 2, "eval_every": 500}, 3516),
     "induction-3l": ("induction", {"num_layers": 3, "seed": 1, "eval_every": 500}, 3514),
-    "induction-alt": ("induction", {"position_infused": False, "seed": 1, "eval_every": 500}, 3515),  # + no key i-1
+    "induction-alt": ("induction", {"position_infused": False, "seed": 2, "steps": 20000, "lr": 3e-3,
+                                    "eval_every": 5000}, 3515),  # and layer 0 blind to key i - 1
     "story-mha": ("lm", {"seed": 3}, 3517),
-    "story-gqa": ("lm", {"num_kv_heads": 2, "seed": 3}, 3518),
+    "story-gqa": ("lm", {"num_kv_heads": 2, "seed": 4}, 3518),
 }
 """Each challenge's experiment, its config (changes to the experiment's ``Config()``) and the
 seed of its head permutation."""

@@ -66,7 +66,7 @@ __all__ = [
 
 DATA_DIR = Path(str(resources.files("mha_lib") / "data" / "find_the_head"))
 """Where the checkpoints are (one ``NAME.pt`` per challenge)."""
-MIN_PATTERN = 0.5
+MIN_PATTERN = 0.4
 """Least mean attention of a named head where its role looks."""
 MIN_RISE = 0.1
 """Least rise (nats) of the role's loss when the named head is gated off."""
@@ -108,7 +108,7 @@ class _Challenge(NamedTuple):
     description: str
 
 
-_DIGIT_ROLES, _INDUCTION_ROLES, _STORY_ROLES = ("previous", "last"), ("previous-token", "induction"), ("recall", "possession")
+_DIGIT_ROLES, _INDUCTION_ROLES = ("previous", "last"), ("previous-token", "induction")
 CHALLENGES = {name: _Challenge(*task) for name, task in {
     "digits-h4": ("digits", _DIGIT_ROLES, "chapter 7's digit model, 4 heads"),
     "digits-h8": ("digits", _DIGIT_ROLES, "chapter 7's digit model, 8 heads"),
@@ -117,8 +117,9 @@ CHALLENGES = {name: _Challenge(*task) for name, task in {
     "induction-3l": ("induction", _INDUCTION_ROLES, "chapter 8's model, 3 layers of 2 heads"),
     "induction-alt": ("induction", ("duplicate-token", "induction"),
                       "chapter 8's model, 2 layers of 2 heads, trained so that the alternative circuit forms"),
-    "story-mha": ("lm", _STORY_ROLES, "chapter 12's story model, 2 layers of 4 heads"),
-    "story-gqa": ("lm", _STORY_ROLES, "chapter 12's story model, 4 query heads sharing 2 key/value heads a layer"),
+    "story-mha": ("lm", ("recall", "possession"), "chapter 12's story model, 2 layers of 4 heads"),
+    "story-gqa": ("lm", ("antecedent", "recall"),
+                  "chapter 12's story model, 4 query heads sharing 2 key/value heads a layer"),
 }.items()}
 """Challenge name -> its task: ``.experiment``, ``.roles`` (the roles to find), ``.description``."""
 
@@ -186,10 +187,10 @@ def _induction_measures(model: induction.AttentionOnlyTransformer) -> tuple[dict
     base = induction.half_losses(model, tokens).repeated
     rises = torch.tensor([[induction.half_losses(model, tokens, head_gates(shape, [(n, h)])).repeated - base
                            for h in range(shape[1])] for n in range(shape[0])])  # (N, H)
-    i = torch.arange(1, tokens.shape[1])
+    previous = torch.arange(tokens.shape[1]).expand_as(tokens) - 1  # (B, L): key i - 1, -1 at i = 0
     after = induction.induction_targets(tokens)  # (B, L): j + 1, or -1
     patterns = {
-        "previous-token": _on_keys(weights, torch.cat([torch.full_like(tokens[:, :1], -1), i.expand(len(tokens), -1) - 1], 1)),
+        "previous-token": _on_keys(weights, previous),
         "duplicate-token": _on_keys(weights, torch.where(after >= 0, after - 1, -1)),
         "induction": _on_keys(weights, after),
     }
@@ -285,8 +286,9 @@ def _grade_role(role: str, entry: tuple | None, pattern: Tensor, rise: Tensor) -
     points = float(POINTS_PER_ROLE) if pattern_ok and rise_ok else 0.0
     if len(entry) == 3:
         close = abs(float(entry[2]) - float(rise[n, h])) <= BONUS_TOLERANCE
-        notes.append(f"you predicted {float(entry[2]):+.2f}: " + (
-            ("within" if close else "not within") + f" {BONUS_TOLERANCE} nats" if points else "no bonus for a wrong head"))
+        verdict = (f"{'within' if close else 'not within'} {BONUS_TOLERANCE} nats" if points
+                   else "no bonus for a wrong head")
+        notes.append(f"you predicted {float(entry[2]):+.2f}: {verdict}")
         points += BONUS_PER_ROLE * (close and points > 0)
     return points, "; ".join(notes)
 

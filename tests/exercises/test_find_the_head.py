@@ -75,7 +75,8 @@ def _story_heads(model: lm.StoryLM) -> tuple[dict, dict]:
 
     def losses(mask=None) -> dict:
         per_token = lm.next_token_losses(model, ids, lens, mask)  # (B, L), NaN where nothing is predicted
-        return {**{r: float(per_token[m].mean()) for r, m in masks.items()}, "rest": float(per_token[unlinked].nanmean())}
+        out = {r: float(per_token[m].mean()) for r, m in masks.items()}
+        return {**out, "rest": float(per_token[unlinked].nanmean())}
 
     with torch.no_grad():
         _, w = model(ids, lens, need_weights=True)
@@ -91,7 +92,8 @@ def _story_heads(model: lm.StoryLM) -> tuple[dict, dict]:
 
 @pytest.fixture(scope="module")
 def independent() -> dict:
-    """name -> {role: (layer, head, rise)}: the head with the largest rise among those that look where the role looks."""
+    """name -> {role: (layer, head, rise)}: of the heads that look where the role looks, the one
+    whose gating raises the role's loss the most."""
     torch.set_num_threads(1)
     out = {}
     for name in NAMES:
@@ -177,6 +179,10 @@ def test_checkpoints_load_with_weights_only_and_hold_no_answer(monkeypatch):
     assert sizes < 3_000_000
 
 
+def _with_layer_axis(out):
+    return out[0], out[1][:, None]  # weights (B, H, L, L) -> (B, 1, H, L, L)
+
+
 def _small_models():
     torch.manual_seed(0)
     story = lm.StoryLM(lm.Config(d_model=16, num_heads=4, num_kv_heads=2, d_ff=32)).eval()
@@ -186,7 +192,7 @@ def _small_models():
     copier = induction.AttentionOnlyTransformer(induction.Config(num_heads=2, num_layers=3)).eval()
     tokens = induction.held_out_tokens(2, 6)
     return [(story, lambda m: m(ids, need_weights=True)),
-            (digit, lambda m: (lambda out: (out[0], out[1][:, None]))(m(batch.tokens, batch.valid_lens, need_weights=True))),
+            (digit, lambda m: _with_layer_axis(m(batch.tokens, batch.valid_lens, need_weights=True))),
             (copier, lambda m: m(tokens, need_weights=True))]
 
 
