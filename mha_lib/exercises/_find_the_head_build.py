@@ -3,8 +3,8 @@
 ``python -m mha_lib.exercises._find_the_head_build [DIR] [--only NAME ...] [--overwrite]`` trains
 each challenge's model from its config on one thread, moves its heads with a seeded permutation
 (:func:`_permute_heads`, exact: the permuted model computes the same logits), and saves it with
-its experiment's ``save``. It prints where the role-bearing heads ended up: that printout is the
-answer key, and it is not shipped (the grader measures the heads again at grading time).
+its experiment's ``save``, with its training time and no loss curves. The permutation is not
+stored: no file holds an answer key, and the grader measures the heads at grading time.
 
 Shape legend
     H   query heads per layer; Hkv key/value heads; g = H / Hkv; d head size; D = H*d
@@ -150,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", choices=sorted(_SPECS), default=sorted(_SPECS))
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
+    existing = [name for name in args.only if (args.out_dir / f"{name}.pt").exists()]
+    if existing and not args.overwrite:
+        parser.error(f"{', '.join(existing)} exist in {args.out_dir}: pass --overwrite to replace them")
     torch.set_num_threads(1)
     for name in args.only:
         path = _build(name, args.out_dir, args.overwrite)

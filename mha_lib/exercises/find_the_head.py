@@ -8,7 +8,7 @@ model, finds the head that does each role, and hands in ``(layer, head)`` per ro
 
     model = load("induction-2l")
     CHALLENGES["induction-2l"].roles       # ('previous-token', 'induction')
-    report = grade("induction-2l", {"previous-token": (0, 2), "induction": (1, 0, 3.1)})
+    report = grade("induction-2l", {"previous-token": (0, 0), "induction": (1, 0, 3.1)})
     print(report)                          # role by role, what the head does
     report.points                          # out of report.max_points
 
@@ -278,7 +278,7 @@ def _grade_role(role: str, entry: tuple | None, pattern: Tensor, rise: Tensor) -
     best = float(rise[looks].max()) if looks.any() else float("inf")
     pattern_ok = bool(looks[n, h])
     rise_ok = float(rise[n, h]) >= max(MIN_RISE, RIVAL_SHARE * best)
-    notes = [f"layer {n} head {h}: {float(pattern[n, h]):.2f} of its attention is where a {role} head looks"
+    notes = [f"layer {n} head {h}: {float(pattern[n, h]):.2f} of its attention is where the {role} role looks"
              + ("" if pattern_ok else f" (needs {MIN_PATTERN}: {PATTERNS[role]})"),
              f"gating it off raises the loss {float(rise[n, h]):+.2f} nats"
              + ("" if rise_ok else f" (needs {MIN_RISE} and {RIVAL_SHARE:g} of the largest rise of a head "

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from mha_lib import digits, induction, lm
 from mha_lib.exercises import find_the_head as fth
-from mha_lib.exercises._find_the_head_build import _permute_heads
+from mha_lib.exercises._find_the_head_build import _permute_heads, main
 from mha_lib.importance import head_gates
 from mha_lib.lm_heads import link_weights
 from mha_lib.stories import RELATIONS, link_mask, sample_stories
@@ -210,3 +210,10 @@ def test_permuting_heads_is_exact(index):
         torch.testing.assert_close(w2[:, n], w[:, n, order])
     if index == 0:  # grouped-query: the two query heads of a key/value head stay together
         assert all(order[0] // 2 == order[1] // 2 for order in orders)
+
+
+def test_the_build_never_overwrites_without_asking(tmp_path):
+    (tmp_path / "digits-h4.pt").write_bytes(b"mine")
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--only", "digits-h4"])
+    assert (tmp_path / "digits-h4.pt").read_bytes() == b"mine"
