@@ -33,6 +33,8 @@ The package:
   the run that would overturn a claim, run and graded (controls, seeds, conclusion);
 * :mod:`~mha_lib.exercises.capstone`   the capstone's grader (chapter 12b): a story model the
   student built and trained, graded by its components, decoding, quality and heads.
+* :mod:`~mha_lib.exercises.find_the_head`   find the head: shipped models nobody has looked at,
+  graded by ablating the heads the student names (chapters 7, 8, 12 and 12b).
 
 Adding a checker ``check_x``:
 
