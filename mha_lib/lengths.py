@@ -191,27 +191,36 @@ def lens_rows(valid_lens: object) -> int:
         raise ValueError("valid_lens must have shape (B,) or (B, Lq), got a scalar")
     return shape[0]
 
-def check_positions(positions: object, batch_size: int, num_new: int) -> Tensor:
-    """Return the positions of n new tokens as a (B, n) ``torch.long`` tensor, or raise.
+def check_positions(positions: object, batch_size: int, num_new: int | None = None, *,
+                    name: str = "positions", expand: bool = True) -> Tensor:
+    """THE check of positions, for every path: return them as a ``torch.long`` tensor, or raise.
 
-    Positions number the tokens of a sequence (0, 1, ...) for decoding with a cache and for
-    rotary embeddings; a causal query at position p has the valid length p + 1. Only the type
-    and shape are checked here (no value is read); ``mha_lib.decoding.LayerCache.update``
+    Positions number the tokens of a sequence (0, 1, ...) for decoding with a cache, for
+    rotary embeddings and for masks; a causal query at position p has the valid length p + 1.
+    Only the type and shape are checked here (no value is read); ``mha_lib.decoding.LayerCache.update``
     checks their values against the cache.
 
     Shapes:
-        positions: (n,) (the same for every example) or (B, n), integers.
-        returns: (B, n), possibly an expanded view.
+        positions: (n,) (the same for every example), (1, n) or (B, n), integers; n must be
+            ``num_new`` when given.
+        returns: (B, n), possibly an expanded view; with ``expand=False`` (1 or B, n).
+
+    Args:
+        name: the argument's name in the error messages (``q_positions``, ...).
     """
     if not tracing():  # (torch.jit.trace hands sizes over as tensors)
         check_size(batch_size, "batch_size")
-        check_size(num_new, "num_new")
-    positions = as_tensor(positions, "positions", "a tensor of integers")
+        if num_new is not None:
+            check_size(num_new, "num_new")
+    positions = as_tensor(positions, name, "a tensor of integers")
     if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
-        raise ValueError(f"positions must hold integers, got dtype {positions.dtype}")
-    if positions.shape not in ((num_new,), (batch_size, num_new)):
-        raise ValueError(
-            f"positions must have shape (n,) = ({num_new},) or (B, n) = ({batch_size}, {num_new}), "
-            f"got {tuple(positions.shape)}"
-        )
-    return positions.long().expand(batch_size, num_new)  # (n,) or (B, n) -> (B, n)
+        raise ValueError(f"{name} must hold integers, got dtype {positions.dtype}")
+    n = num_new if num_new is not None or positions.dim() == 0 else positions.shape[-1]
+    if positions.shape not in ((n,), (1, n), (batch_size, n)):
+        expected = (f"(L,), (1, L) or (B, L) with B = {batch_size}" if num_new is None
+                    else f"(n,) = ({n},) or (B, n) = ({batch_size}, {n})")
+        raise ValueError(f"{name} must have shape {expected}, got {tuple(positions.shape)}")
+    positions = positions.long()
+    if positions.dim() == 1:
+        positions = positions[None]  # (n,) -> (1, n)
+    return positions.expand(batch_size, n) if expand else positions

@@ -10,7 +10,8 @@ from typing import NamedTuple, Sequence
 import torch
 from torch import Tensor
 
-from mha_lib._checks import as_tensor, check_device, check_positive_int, check_size
+from mha_lib._checks import check_device, check_positive_int, check_size
+from mha_lib.lengths import check_positions
 
 __all__ = ["Mask", "TileMap"]
 
@@ -160,8 +161,8 @@ class Mask:
             ValueError: positions of another shape; data of the mask that does not fit them.
         """
         B = check_size(batch_size, "batch_size")
-        ix = _Index(B, _check_positions(q_positions, "q_positions", B),
-                    _check_positions(k_positions, "k_positions", B))
+        ix = _Index(B, check_positions(q_positions, B, name="q_positions", expand=False),
+                    check_positions(k_positions, B, name="k_positions", expand=False))
         if ix.keys.device != ix.device:
             raise ValueError(f"k_positions are on {ix.keys.device}, q_positions on {ix.device}")
         self._check(ix)
@@ -241,21 +242,6 @@ def _check_mask(value: object, name: str) -> Mask:
     if not isinstance(value, Mask):
         raise ValueError(f"{name} must be a mha_lib.masks.Mask, got {type(value).__name__}")
     return value
-
-
-def _check_positions(positions: object, name: str, batch_size: int) -> Tensor:
-    """Positions as a (B or 1, L) long tensor, or a ValueError naming ``name``."""
-    positions = as_tensor(positions, name, "a tensor of integers")
-    if positions.dtype == torch.bool or positions.is_floating_point() or positions.is_complex():
-        raise ValueError(f"{name} must hold integers, got dtype {positions.dtype}")
-    if positions.dim() == 1:
-        positions = positions[None]  # (L,) -> (1, L)
-    if positions.dim() != 2 or positions.shape[0] not in (1, batch_size):
-        raise ValueError(
-            f"{name} must have shape (L,), (1, L) or (B, L) with B = {batch_size}, "
-            f"got {tuple(positions.shape)}"
-        )
-    return positions.long()
 
 
 # --- composition: three-valued logic on tiles (hidden, partial, full) --------------------------
