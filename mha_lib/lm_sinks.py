@@ -29,6 +29,7 @@ from mha_lib._modes import eval_mode
 from mha_lib.decoding import KVCache
 from mha_lib.lm import StoryLM, check_model, encode_stories
 from mha_lib.stories import Story, Tokenizer, check_stories
+from mha_lib.training import model_device, to_device
 
 __all__ = ["sink_mass", "streaming_losses"]
 
@@ -51,15 +52,15 @@ def sink_mass(model: StoryLM, stories: Sequence[Story], *, skip: int = 4) -> dic
     stories = check_stories(stories)
     skip = check_size(skip, "skip")
     tokenizer = Tokenizer()
-    ids, lens = encode_stories(tokenizer, stories)  # (B, L), (B,)
+    ids, lens = to_device(encode_stories(tokenizer, stories), model_device(model))  # (B, L), (B,)
     with eval_mode(model), torch.no_grad():
         _, weights = model(ids, lens, need_weights=True)  # (B, N, H, L, L)
     L = ids.shape[1]
-    positions = torch.arange(L)
+    positions = torch.arange(L, device=ids.device)
     queries = (positions[None] < lens[:, None]) & (positions[None] >= skip)  # (B, L)
     if not queries.any():
         raise ValueError(f"skip must leave some queries: every story is at most {L} tokens, got {skip}")
-    punct_ids = torch.tensor([tokenizer.vocab.index(t) for t in _PUNCTUATION])
+    punct_ids = torch.tensor([tokenizer.vocab.index(t) for t in _PUNCTUATION], device=ids.device)
     is_punct = torch.isin(ids, punct_ids) & (positions[None] < lens[:, None])  # (B, L) keys
 
     def per_head(per_query: Tensor) -> Tensor:  # (B, N, H, L) -> (N, H), mean over queries
@@ -93,7 +94,8 @@ def streaming_losses(
     """
     model = check_model(model)
     length = check_positive_int(length, "length")
-    ids, lens = encode_stories(Tokenizer(), check_stories(stories))  # (B, L), (B,)
+    encoded = encode_stories(Tokenizer(), check_stories(stories))
+    ids, lens = to_device(encoded, model_device(model))  # (B, L), (B,) where the model is
     if length < 2 or int(lens.min()) < length:
         raise ValueError(f"length must be in [2, {int(lens.min())}] (the shortest story's tokens), "
                          f"got {length}")

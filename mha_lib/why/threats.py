@@ -13,12 +13,7 @@ Each threat changes the one thing a sceptic would change first and keeps everyth
 * :func:`kv_story_trial`       MHA against MQA on chapter 12's story model, where the keys and
   values of one head must serve the pronoun, the colour and the object at once
 
-Shape legend
-    B   batch size
-    L   sequence length
-    H   heads
-    d   head size
-    D   model width
+Shapes in the book's notation (:mod:`mha_lib`), and L a sequence's length.
 """
 
 from __future__ import annotations

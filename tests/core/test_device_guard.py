@@ -317,7 +317,7 @@ def test_the_language_model_generates_on_the_inputs_device():
 
 
 def test_the_experiments_measure_on_the_models_device():
-    from mha_lib import digits, induction, lm, lm_heads
+    from mha_lib import digits, induction, lm, lm_heads, lm_sinks
     from mha_lib.stories import sample_stories
 
     torch.manual_seed(0)
@@ -333,6 +333,8 @@ def test_the_experiments_measure_on_the_models_device():
                               induction.head_scores(induction_model, tokens)),
         "lm": lambda: lm.evaluate(story_model, stories),
         "lm_heads": lambda: (lm_heads.find_heads(story_model, stories), lm_heads.ablate(story_model, stories)),
+        "lm_sinks": lambda: (lm_sinks.sink_mass(story_model, stories),
+                             lm_sinks.streaming_losses(story_model, stories, length=12, window=4, num_sinks=1)),
     }
     with torch.no_grad():
         expected = {name: measure() for name, measure in measures.items()}
