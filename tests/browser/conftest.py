@@ -136,6 +136,14 @@ _TRANSITIONS_DONE_JS = """() => Promise.all(document.getAnimations()
   .filter(a => a.effect && a.effect.getComputedTiming().endTime < Infinity)
   .map(a => a.finished.catch(() => null)))"""
 
+# The theme's tooltips settled: each shown at its full opacity, none fading out (Bootstrap
+# removes a hidden one). A tooltip can start to fade in after the transitions above are waited
+# for (the search control's, when the search box closes and gives it the focus back).
+_TOOLTIPS_SETTLED_JS = """() => [...document.querySelectorAll('.tooltip')].every(t => {
+  const style = getComputedStyle(t);
+  return t.classList.contains('show')
+    && style.opacity === style.getPropertyValue('--bs-tooltip-opacity').trim(); })"""
+
 
 def serious_axe_violations(page, exclude: list[str]) -> list[str]:
     """axe-core's critical and serious findings, outside the elements ``exclude`` selects."""
@@ -144,6 +152,7 @@ def serious_axe_violations(page, exclude: list[str]) -> list[str]:
     # axe reads colours as they are in that frame: a tooltip half-way through its fade (the
     # search control's, shown again when the search box closes) fails contrast it passes shown
     page.evaluate(_TRANSITIONS_DONE_JS)
+    page.wait_for_function(_TOOLTIPS_SETTLED_JS)
     results = Axe().run(page, context={"exclude": [[selector] for selector in exclude]})
     return [
         f"{v['id']} ({v['impact']}): {len(v['nodes'])} node(s), e.g. {v['nodes'][0]['target']}"
