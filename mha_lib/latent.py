@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from mha_lib._checks import check_bool, check_positive_int, check_probability, check_tensor
-from mha_lib.attention import FiniteDotProductAttention, check_qkv
+from mha_lib.attention import FiniteDotProductAttention
 from mha_lib.heads import merge_heads, split_heads
 from mha_lib.masking import visible
 from mha_lib.masks import causal
@@ -116,17 +116,11 @@ class LatentAttention(AttentionLayer):
         self._init_scores(None, False)  # (no score modification, sink logits or gate here)
         self.gate = None
 
-    def check_inputs(self, queries: Tensor, keys: Tensor, values: Tensor) -> None:
-        """As :meth:`MultiHeadAttention.check_inputs` (the keys' size is ``W_dkv``'s input)."""
-        check_qkv(queries, keys, values)
-        for name, x, size in (("queries", queries, self.W_q.in_features),
-                              ("keys", keys, self.W_dkv.in_features),
-                              ("values", values, self.W_dkv.in_features)):
-            if x.shape[-1] != size:
-                raise ValueError(f"{name} must have feature size {size}, got {x.shape[-1]}")
-            if x.dtype != self.W_q.weight.dtype or x.device != self.W_q.weight.device:
-                raise ValueError(f"{name} are {x.dtype} on {x.device} but the module's weights are "
-                                 f"{self.W_q.weight.dtype} on {self.W_q.weight.device}")
+    _input_sizes = ("query_size", "key_size", "value_size")
+
+    def _input_features(self) -> tuple[int, int, int]:
+        """Keys and values both enter through ``W_dkv``."""
+        return self.W_q.in_features, self.W_dkv.in_features, self.W_dkv.in_features
 
     def forward(self, queries: Tensor, keys: Tensor, values: Tensor, valid_lens=None, mask=None,
                 need_weights: bool = False, head_mask=None, *, cache: LatentCache | None = None,

@@ -105,8 +105,7 @@ class AttentionLayer(nn.Module):
         check_qkv(queries, keys, values)
         weight = self.W_q.weight
         expected = zip(("queries", "keys", "values"), (queries, keys, values),
-                       (self.W_q.in_features, self.W_k.in_features, self.W_v.in_features),
-                       self._input_sizes)
+                       self._input_features(), self._input_sizes)
         for name, x, size, setting in expected:
             if x.shape[-1] != size:
                 raise ValueError(
@@ -118,6 +117,9 @@ class AttentionLayer(nn.Module):
                     f"{name} are {x.dtype} on {x.device} but the module's weights are "
                     f"{weight.dtype} on {weight.device}: convert one with .to(...)"
                 )
+
+    def _input_features(self) -> tuple[int, int, int]:  # the sizes of queries, keys, values
+        return self.W_q.in_features, self.W_k.in_features, self.W_v.in_features
 
     def check_plain_scores(self, target: str) -> None:
         """Raise a ``ValueError`` naming ``score_mod`` or ``sink_logits`` when the layer has
