@@ -25,6 +25,7 @@ from mha_lib.block import TransformerBlock
 from mha_lib.decoding import KVCache
 from mha_lib.flash import tiled_attention
 from mha_lib.gqa import GroupedQueryAttention
+from mha_lib.latent import LatentAttention, LatentCache
 from mha_lib.lm import Config, StoryLM
 from mha_lib.masks import causal, chunked, document, padding, prefix_lm, sinks, sliding_window
 from mha_lib.scores import alibi, softcap
@@ -288,6 +289,55 @@ def test_decoding_with_a_cache_on_the_inputs_device(layer_name, window, scores):
         if window is None:  # each example at its own positions (a rolling cache only appends)
             outs.append(layer(x[:, :2], x[:, :2], x[:, :2], cache=cache[0],
                               positions=torch.tensor([[L - 1, L], [L, L + 1]], device=x.device)))
+        return torch.cat(outs, dim=1)
+
+    with torch.no_grad():
+        expected = decode(x)
+    move_module(layer)
+    out, _ = run_elsewhere(decode, x)
+    torch.testing.assert_close(out, expected)
+
+
+def _today_layers():
+    """Gated attention and multi-head latent attention (chapter 12c), seeded."""
+    torch.manual_seed(0)
+    return {
+        "mha_head_gate": MultiHeadAttention(D, D, D, D, H, 0.0, gate="head").eval(),
+        "gqa_element_gate": GroupedQueryAttention(D, H, 1, 0.0, rope=True, gate="element").eval(),
+        "block_head_gate": TransformerBlock(D, H, 16, 0.0, gate="head").eval(),
+        "mla": LatentAttention(D, D, D, D, H, 0.0, True, rank=4).eval(),
+        "mla_rope": LatentAttention(D, D, D, D, H, 0.0, True, rank=4, rope=True).eval(),
+    }
+
+
+@pytest.mark.parametrize("mask_name", ["none", "causal", "window_or_sinks", "padding", "document_on_the_cpu"])
+@pytest.mark.parametrize("layer_name", list(_today_layers()))
+def test_gated_and_latent_layers_run_on_the_inputs_device(layer_name, mask_name):
+    layer, x, mask = _today_layers()[layer_name], _x(), MASKS[mask_name]
+    calls = {"plain": lambda x, put: layer(*(x,) * (1 if layer_name.startswith("block") else 3),
+                                           mask=mask(put))}
+    if layer_name.startswith("m"):
+        calls["weights"] = lambda x, put: layer(x, x, x, mask=mask(put), need_weights=True)
+    if layer_name == "mla":
+        calls["absorbed"] = lambda x, put: layer(x, x, x, mask=mask(put), absorbed=True)
+    with torch.no_grad():
+        expected = {name: call(x, lambda t: t) for name, call in calls.items()}
+    move_module(layer)
+    for name, call in calls.items():
+        out, reads = run_elsewhere(lambda x: call(x, Elsewhere), x)
+        torch.testing.assert_close(out, expected[name], msg=lambda m: f"{name}: {m}")
+        if mask_name in MASKS_WITHOUT_DATA:
+            assert reads == [], (name, reads)
+
+
+@pytest.mark.parametrize("absorbed", [False, True])
+def test_latent_attention_decodes_on_the_inputs_device(absorbed):
+    layer, x = _today_layers()["mla"], _x()
+
+    def decode(x):
+        cache, outs = LatentCache(), []
+        for new in (x[:, :3], *x[:, 3:].split(1, dim=1)):  # a prompt of 3, then one token at a time
+            outs.append(layer(new, new, new, cache=cache, absorbed=absorbed))
         return torch.cat(outs, dim=1)
 
     with torch.no_grad():

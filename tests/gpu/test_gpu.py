@@ -16,6 +16,7 @@ from mha_lib.block import TransformerBlock
 from mha_lib.decoding import KVCache
 from mha_lib.flash import tiled_attention
 from mha_lib.gqa import GroupedQueryAttention
+from mha_lib.latent import LatentAttention
 from mha_lib.masks import causal, chunked, document, padding, prefix_lm, sinks, sliding_window
 from mha_lib.multihead import attend_heads
 
@@ -36,6 +37,8 @@ LAYERS = {
     "mha": lambda: MultiHeadAttention(D, D, D, D, H, 0.0, bias=True),
     "gqa": lambda: GroupedQueryAttention(D, H, 2, 0.0, rope=True),
     "block": lambda: TransformerBlock(D, H, 2 * D, 0.0, norm_first=True, num_kv_heads=2, rope=True),
+    "gated_gqa": lambda: GroupedQueryAttention(D, H, 2, 0.0, rope=True, gate="element"),
+    "mla": lambda: LatentAttention(D, D, D, D, H, 0.0, True, rank=8, rope=True),
 }
 
 
