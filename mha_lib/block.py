@@ -34,6 +34,7 @@ from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.masks import Mask
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.scores import ScoreMod
+from mha_lib.positions import check_rope_scale
 
 __all__ = ["TransformerBlock"]
 
@@ -64,6 +65,8 @@ class TransformerBlock(nn.Module):
         layer_norm_eps: the ``eps`` of both LayerNorms.
         num_kv_heads: Hkv key/value heads (dividing ``num_heads``) for grouped-query attention.
         rope: rotate queries and keys by their positions (RoPE); needs an even head size.
+        rope_scale: the factor of every RoPE angle (position interpolation), as for
+            :class:`~mha_lib.gqa.GroupedQueryAttention`; 1 unless ``rope``.
         score_mod, sink_logits, gate: the attention layer's (a :class:`mha_lib.scores.ScoreMod`;
             learned sink logits; an output gate), as for :class:`~mha_lib.MultiHeadAttention`.
 
@@ -85,6 +88,7 @@ class TransformerBlock(nn.Module):
         score_mod: ScoreMod | None = None
         sink_logits: bool = False
         gate: str | None = None
+        rope_scale: float = 1.0
 
     def __init__(
         self,
@@ -100,6 +104,7 @@ class TransformerBlock(nn.Module):
         score_mod: ScoreMod | None = None,
         sink_logits: bool = False,
         gate: str | None = None,
+        rope_scale: float = 1.0,
     ) -> None:
         super().__init__()
         check_positive_int(d_model, "d_model")  # (the attention layer would name its key_size)
@@ -110,10 +115,11 @@ class TransformerBlock(nn.Module):
         self.norm_first = check_bool(norm_first, "norm_first")
         check_bool(rope, "rope")
         scores = {"score_mod": score_mod, "sink_logits": sink_logits, "gate": gate}
-        if num_kv_heads is not None or rope:
+        rope_scale = check_rope_scale(rope_scale, "rope_scale")
+        if num_kv_heads is not None or rope or rope_scale != 1.0:  # (GQA refuses a scale without rope)
             kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-            self.attention = GroupedQueryAttention(d_model, num_heads, kv_heads, dropout,
-                                                   bias=True, rope=rope, **scores)
+            self.attention = GroupedQueryAttention(d_model, num_heads, kv_heads, dropout, bias=True,
+                                                   rope=rope, rope_scale=rope_scale, **scores)
         else:
             self.attention = MultiHeadAttention(d_model, d_model, d_model, d_model, num_heads,
                                                 dropout, bias=True, **scores)
@@ -126,7 +132,7 @@ class TransformerBlock(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
         self.settings = self.Settings(d_model, num_heads, d_ff, float(dropout), norm_first,
                                       layer_norm_eps, num_kv_heads, rope, score_mod, sink_logits,
-                                      gate)
+                                      gate, rope_scale)
 
     def forward(
         self,

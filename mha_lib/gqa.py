@@ -40,7 +40,7 @@ from mha_lib.cached import query_positions
 from mha_lib.masking import softmax_over_kept
 from mha_lib.multihead import MultiHeadAttention, AttentionLayer, check_head_shapes
 from mha_lib.scores import ScoreMod
-from mha_lib.positions import rotary
+from mha_lib.positions import check_rope_scale, rotary
 
 __all__ = ["GroupedQueryAttention", "gqa_from_mha", "grouped_attention", "kv_head_of"]
 
@@ -128,6 +128,8 @@ class GroupedQueryAttention(AttentionLayer):
         bias: whether the four projections have a bias.
         rope: rotate queries and keys by their positions (RoPE, :func:`mha_lib.positions.rotary`)
             after the projections; needs an even head size d.
+        rope_scale: the factor of every RoPE angle (``rotary``'s ``scale``; position
+            interpolation from length L to L' is L / L'); a finite number > 0, 1 unless rope.
         score_mod, sink_logits, gate: as for :class:`~mha_lib.multihead.MultiHeadAttention`.
 
     The forward is :class:`~mha_lib.multihead.MultiHeadAttention`'s (one forward for both):
@@ -153,11 +155,12 @@ class GroupedQueryAttention(AttentionLayer):
         score_mod: ScoreMod | None = None
         sink_logits: bool = False
         gate: str | None = None
+        rope_scale: float = 1.0
 
     def __init__(
         self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float, bias: bool = False,
         rope: bool = False, *, score_mod: ScoreMod | None = None, sink_logits: bool = False,
-        gate: str | None = None,
+        gate: str | None = None, rope_scale: float = 1.0,
     ) -> None:
         super().__init__()
         D = check_positive_int(d_model, "d_model")
@@ -174,6 +177,10 @@ class GroupedQueryAttention(AttentionLayer):
                 f"rope=True rotates pairs of features: the head size d = d_model / num_heads "
                 f"must be even, got {D // H}"
             )
+        self.rope_scale = check_rope_scale(rope_scale, "rope_scale")
+        if self.rope_scale != 1.0 and not rope:
+            raise ValueError(f"rope_scale scales the RoPE angles: it must be 1 without rope=True, "
+                             f"got rope_scale={rope_scale!r} with rope=False")
         self.num_heads, self.num_kv_heads = H, Hkv
         self.head_size = D // H
         self.attention = FiniteDotProductAttention(check_probability(dropout, "dropout"))
@@ -184,7 +191,7 @@ class GroupedQueryAttention(AttentionLayer):
         self._init_scores(score_mod, sink_logits)  # (see MultiHeadAttention)
         self._init_gate(gate, D)
         self.settings = self.Settings(D, H, Hkv, float(dropout), bias, rope, score_mod, sink_logits,
-                                      gate)
+                                      gate, self.rope_scale)
 
     def _rotate(self, q: Tensor, k: Tensor, cache, positions) -> tuple[Tensor, Tensor]:
         """RoPE: rotate queries (B, H, Lq, d) and keys (B, Hkv, Lk, d) by their positions."""
@@ -197,7 +204,8 @@ class GroupedQueryAttention(AttentionLayer):
         # (else: (B, Lq), checked by _check_forward, the one place that checks them)
         positions = positions.expand(B, Lq)  # (1 or B, Lq) -> (B, Lq)
         key_positions = positions if Lk == Lq else torch.arange(Lk, device=k.device)
-        return rotary(q, positions), rotary(k, key_positions)
+        scale = self.rope_scale
+        return rotary(q, positions, scale=scale), rotary(k, key_positions, scale=scale)
 
 
 def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAttention:

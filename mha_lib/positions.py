@@ -41,7 +41,7 @@ from torch import Tensor
 
 from mha_lib._checks import as_tensor, check_positive_int, check_tensor
 
-__all__ = ["frequencies", "rope_permutation", "rotary", "sinusoidal"]
+__all__ = ["check_rope_scale", "frequencies", "rope_permutation", "rotary", "sinusoidal"]
 
 _PAIRS = ("interleaved", "halves")
 
@@ -81,10 +81,11 @@ def sinusoidal(L: int, D: int, base: float = 10000.0) -> Tensor:
 
 
 def rotary(x: Tensor, positions: Tensor, base: float = 10000.0, *,
-           pairs: str = "interleaved") -> Tensor:
+           pairs: str = "interleaved", scale: float = 1.0) -> Tensor:
     """Rotary position embedding (RoPE, Su et al.): rotate queries or keys by their positions.
 
-    Feature pair i at position p is rotated by the angle ``p * base**(-2i/d)``, i = 0 .. d/2 - 1.
+    Feature pair i at position p is rotated by the angle ``scale * p * base**(-2i/d)``,
+    i = 0 .. d/2 - 1 (``scale = 1``: plain RoPE).
     Rotations preserve lengths, and the dot product of a query rotated to position m with a key
     rotated to position n depends only on m - n. Which features form pair i is a convention:
 
@@ -95,6 +96,12 @@ def rotary(x: Tensor, positions: Tensor, base: float = 10000.0, *,
 
     ``rotary(x[..., perm], p, pairs="halves") == rotary(x, p)[..., perm]`` with
     ``perm = rope_permutation(d)``: see :func:`rope_permutation`.
+
+    *Position interpolation* (Chen et al., 2023) runs a model trained on sequences of length L
+    at a longer length L' with ``scale = L / L'``: position p gets the angles of position
+    p * L / L', so every angle stays inside the range seen in training (the positions become
+    fractions; the offsets between them shrink by the same factor). Hugging Face's ``"linear"``
+    RoPE scaling with ``factor`` f is ``scale = 1 / f``.
 
     Shapes:
         x: (B, H, L, d), d even (queries or keys, after the heads are split)
@@ -107,14 +114,18 @@ def rotary(x: Tensor, positions: Tensor, base: float = 10000.0, *,
         positions: the position of every row of ``x`` (integers; e.g. an offset past a KV cache).
         base: the wavelength scale, > 1.
         pairs: ``"interleaved"`` or ``"halves"``, the convention above.
+        scale: a finite number > 0 multiplying every angle (position interpolation: L / L').
     """
     positions = _check_rotary_args(x, positions, base)
+    scale = check_rope_scale(scale)
     if pairs not in _PAIRS:
         raise ValueError(f"pairs must be one of {_PAIRS}, got {pairs!r}")
     if positions.dim() == 2:
         positions = positions[:, None]  # (B, L) -> (B, 1, L): the same for every head
     d = x.shape[-1]
     angles = positions[..., None].double() * frequencies(d, base, device=x.device)  # (..., L, d/2)
+    if scale != 1.0:  # (scale 1: the same bits as plain RoPE)
+        angles = angles * scale
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     if pairs == "halves":
         first, second = x[..., : d // 2], x[..., d // 2 :]  # (B, H, L, d) -> 2 x (B, H, L, d/2)
@@ -151,6 +162,14 @@ def rope_permutation(d: int, num_heads: int = 1) -> Tensor:
     H = check_positive_int(num_heads, "num_heads")
     one_head = torch.arange(d).reshape(d // 2, 2).T.reshape(d)  # (d/2, 2) -> (2, d/2) -> (d,)
     return (torch.arange(H)[:, None] * d + one_head).reshape(H * d)  # (H, d) -> (H*d,)
+
+
+def check_rope_scale(scale: object, name: str = "scale") -> float:
+    """``scale`` as a float, checked to be a finite number > 0 (a ValueError naming ``name``)."""
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0 (the factor of every RoPE angle), "
+                         f"got {scale!r}")
+    return float(scale)
 
 
 def _check_base(base: object) -> None:

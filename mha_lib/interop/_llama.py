@@ -191,6 +191,9 @@ def _rope_sizes(gqa: object, name: str = "gqa") -> dict:
         got = type(gqa).__name__ + (" with rope=False" if isinstance(gqa, GroupedQueryAttention) else "")
         raise ValueError(f"{name} must be an mha_lib.gqa.GroupedQueryAttention with rope=True, got {got}")
     s = gqa.settings  # every option of gqa, each one mapped by the callers (rope: checked above)
+    if s.rope_scale != 1.0:
+        raise ValueError(f"{name} must have rope_scale = 1 (the default RoPE; position "
+                         f"interpolation is not converted), got rope_scale={s.rope_scale!r}")
     H = s.num_heads
     return dict(hidden_size=s.d_model, num_attention_heads=H, num_key_value_heads=s.num_kv_heads,
                 head_dim=s.d_model // H, attention_dropout=s.dropout, attn_implementation="eager")

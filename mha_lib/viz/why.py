@@ -11,6 +11,7 @@ legend entry hides or shows a variant. Nothing is retrained: the numbers come fr
 * :func:`scale_figure`         the softmax at initialisation with and without 1/sqrt(d)
 * :func:`positions_figure`     accuracy at the training length and at twice it
 * :func:`kv_figure`            loss against the KV cache's bytes per token
+* :func:`length_figure`        RoPE past its training length: accuracy by copy offset (rope_length)
 
 Attention maps put keys on x and queries on y (query 0 on top), in viridis; lines use the
 Okabe-Ito palette with a dash per line; no figure sets a width (each fits a 390 px phone).
@@ -23,8 +24,8 @@ from plotly.subplots import make_subplots
 
 from mha_lib.why import EXPERIMENTS, load_results
 
-__all__ = ["curves_figure", "kv_figure", "metric_figure", "positions_figure", "scale_figure",
-           "split_weights_figure"]
+__all__ = ["curves_figure", "kv_figure", "length_figure", "metric_figure", "positions_figure",
+           "scale_figure", "split_weights_figure"]
 
 _COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
 _DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
@@ -210,3 +211,34 @@ def kv_figure(results: dict | None = None) -> go.Figure:
     return _describe(fig, "The training step at which the model learns the task (loss below 0.1) "
                           "against the bytes the KV cache holds per token, for 4, 2 and 1 "
                           "key/value heads; a marker per seed.")
+
+
+def length_figure(results: dict | None = None) -> go.Figure:
+    """Accuracy by copy offset n at L' = 32 and 64 for every variant of ``rope_length`` (a slider
+    picks the seed; the legend hides variants); the shaded band is the trained offsets 4-7."""
+    runs, seeds = _experiment_runs("rope_length", results)
+    variants = EXPERIMENTS["rope_length"].variants
+    lengths = list(runs[seeds[0]][variants[0]]["extra"]["by_offset"])
+    fig = make_subplots(rows=len(lengths), cols=1, vertical_spacing=0.12,
+                        subplot_titles=[f"run at L' = {L} (trained at 16)" for L in lengths])
+    for seed in seeds:
+        for row, L in enumerate(lengths, start=1):
+            for i, variant in enumerate(variants):
+                y = runs[seed][variant]["extra"]["by_offset"][L]
+                fig.add_scatter(x=list(range(4, 4 + len(y))), y=y, mode="lines+markers", name=variant,
+                                legendgroup=variant, showlegend=row == 1, row=row, col=1,
+                                line=dict(color=_COLOURS[i % 7], dash=_DASHES[i % 5]), marker=dict(size=4),
+                                hovertemplate=f"{variant}, L' = {L}, " + "n = %{x}: %{y:.2f}<extra></extra>")
+    _seed_slider(fig, seeds, len(lengths) * len(variants))
+    for row in range(1, len(lengths) + 1):
+        fig.add_vrect(x0=3.5, x1=7.5, fillcolor="#BBBBBB", opacity=0.3, line_width=0, row=row, col=1)
+        fig.update_yaxes(title_text="accuracy", range=[0, 1.05], row=row, col=1)
+    fig.update_xaxes(title_text="copy offset n (tokens back)", row=len(lengths), col=1)
+    fig.update_annotations(font_size=12)
+    fig.update_layout(title="Copying past the training length", height=700, margin={**_MARGIN, "t": 80},
+                      legend=dict(orientation="h", y=-0.12, yanchor="top"))
+    return _describe(fig, "Accuracy of copying n tokens back at lengths 32 and 64 for a two-layer "
+                          "model trained at length 16 on n = 4 to 7 (the shaded band), for each "
+                          "variant: RoPE as trained, with position interpolation, with a short "
+                          "fine-tune with and without it, the causal mask alone, and ALiBi; one "
+                          "seed at a time (a slider picks it).")

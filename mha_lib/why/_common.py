@@ -23,6 +23,7 @@ from mha_lib._checks import check_positive_int, check_size
 from mha_lib.block import TransformerBlock
 from mha_lib.masking import causal_valid_lens
 from mha_lib.positions import sinusoidal
+from mha_lib.scores import alibi
 from mha_lib.training import train_loop, warmup_cosine
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Experiment",
     "Outcome",
     "POSITIONS",
+    "POSITIONS_MORE",
     "SequenceModel",
     "check_seed_and_steps",
     "cross_entropy",
@@ -147,6 +149,10 @@ POSITIONS = ("none", "causal", "learned", "sinusoidal", "rotary")
 """Where a :class:`SequenceModel` gets word order from: nothing (a set, no mask), the causal
 mask alone, a learned table, the sinusoidal table (both added to the embeddings), RoPE."""
 
+POSITIONS_MORE = ("alibi",)
+"""The kinds that :data:`POSITIONS` (the positions experiments' variants) leaves out: ALiBi (the
+causal mask and a penalty ``-slope_h * (i - j)`` on every score, :func:`mha_lib.scores.alibi`)."""
+
 
 class SequenceModel(nn.Module):
     """Token embeddings, ``num_layers`` :class:`~mha_lib.block.TransformerBlock`, LayerNorm, read-out.
@@ -165,22 +171,31 @@ class SequenceModel(nn.Module):
         positions: one of :data:`POSITIONS`.
         norm_first: pre-LN (True) or post-LN blocks.
         num_kv_heads: Hkv for grouped-query attention (None: multi-head attention).
+        rope_scale: the factor of RoPE's angles (``"rotary"`` only; position interpolation).
+
+    ``positions`` may also be one of :data:`POSITIONS_MORE`.
     """
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, max_len: int,
                  positions: str = "rotary", *, norm_first: bool = True,
-                 num_kv_heads: int | None = None) -> None:
+                 num_kv_heads: int | None = None, rope_scale: float = 1.0) -> None:
         super().__init__()
-        if positions not in POSITIONS:
-            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+        if positions not in POSITIONS + POSITIONS_MORE:
+            raise ValueError(f"positions must be one of {POSITIONS + POSITIONS_MORE}, got {positions!r}")
         self.positions, self.max_len = positions, check_positive_int(max_len, "max_len")
         D = d_model
         self.embedding = nn.Embedding(vocab_size, D)
         if positions == "learned":
             self.position_embedding = nn.Embedding(max_len, D)
         rope = positions == "rotary"
+        extra = {"rope_scale": rope_scale} if rope else {}
+        if positions == "alibi":
+            extra = {"score_mod": alibi(num_heads)}
+        elif not rope and rope_scale != 1.0:
+            raise ValueError(f"rope_scale must be 1 unless positions='rotary', got {rope_scale!r}")
         self.blocks = nn.ModuleList(
-            TransformerBlock(D, num_heads, 4 * D, 0.0, norm_first, num_kv_heads=num_kv_heads, rope=rope)
+            TransformerBlock(D, num_heads, 4 * D, 0.0, norm_first, num_kv_heads=num_kv_heads, rope=rope,
+                             **extra)
             for _ in range(check_positive_int(num_layers, "num_layers"))
         )
         self.norm = nn.LayerNorm(D)

@@ -43,10 +43,11 @@ def mha_settings(draw, self_attention=False):
 @st.composite
 def gqa_settings(draw):
     Hkv, g, half = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    H = Hkv * g
+    H, rope = Hkv * g, draw(st.booleans())
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), num_kv_heads=st.just(Hkv),
-                   dropout=st.sampled_from([0.0, 0.25]), bias=st.booleans(), rope=st.booleans(),
-                   score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates())
+                   dropout=st.sampled_from([0.0, 0.25]), bias=st.booleans(), rope=st.just(rope),
+                   score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates(),
+                   rope_scale=_rope_scales(rope))
     assert set(options) == _fields(GroupedQueryAttention)
     return GroupedQueryAttention.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -55,11 +56,12 @@ def gqa_settings(draw):
 def block_settings(draw):
     H, half = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     kv = draw(st.none() | st.sampled_from([h for h in (1, H) if H % h == 0]))
+    rope = draw(st.booleans())
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), d_ff=st.integers(1, 6),
                    dropout=st.sampled_from([0.0, 0.25]), norm_first=st.booleans(),
                    layer_norm_eps=st.sampled_from([1e-5, 1e-3]), num_kv_heads=st.just(kv),
-                   rope=st.booleans(), score_mod=_score_mods(H), sink_logits=st.booleans(),
-                   gate=_gates())
+                   rope=st.just(rope), score_mod=_score_mods(H), sink_logits=st.booleans(),
+                   gate=_gates(), rope_scale=_rope_scales(rope))
     assert set(options) == _fields(TransformerBlock)
     return TransformerBlock.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -67,6 +69,11 @@ def block_settings(draw):
 def _score_mods(H: int):
     """None, or a score modification of every kind (one of H heads, one of none, both)."""
     return st.sampled_from([None, softcap(5.0), alibi(H), alibi(H) >> softcap(3.0)])
+
+
+def _rope_scales(rope: bool):
+    """Plain RoPE or position interpolation (a scale only with RoPE)."""
+    return st.sampled_from([1.0, 0.5, 0.25]) if rope else st.just(1.0)
 
 
 def _gates():

@@ -98,3 +98,11 @@ def test_gqa_sizes_that_do_not_fit_a_llama():
         to_llama_attention(MultiHeadAttention(4, 4, 4, 4, 2, 0.0))
     with pytest.raises(ValueError, match="gqa"):
         to_llama_attention(GroupedQueryAttention(8, 2, 1, 0.0, rope=False))
+
+
+@pytest.mark.parametrize("convert", [to_llama_attention, to_gemma2_attention, to_gpt_oss_attention])
+def test_a_rope_scale_is_not_converted(convert):
+    """Position interpolation (rope_scale != 1) has no mapping yet: refused, by name."""
+    gqa = GroupedQueryAttention(8, 2, 1, 0.0, rope=True, rope_scale=0.5, sink_logits=convert is to_gpt_oss_attention)
+    with pytest.raises(ValueError, match="rope_scale"):
+        convert(gqa)

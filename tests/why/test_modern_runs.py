@@ -32,7 +32,7 @@ def test_the_shipped_runs_of_today_support_their_claims_on_every_seed():
     from mha_lib.why import TODAY
     from mha_lib.why.results import shipped_metrics
 
-    assert TODAY == ("sinks", "gated", "mla")
+    assert TODAY[:3] == ("sinks", "gated", "mla")
     for runs in shipped_metrics("sinks").values():
         loss = {name: m["loss"] for name, m in runs.items()}
         gap = loss["window 8"] - loss["full cache"]

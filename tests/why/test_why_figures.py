@@ -40,12 +40,23 @@ def test_curves_and_the_other_figures(results):
     assert len(figures.kv_figure(results).data) == 3
 
 
+def test_length_figure_has_a_line_per_variant_and_length_and_a_seed_slider(results):
+    fig = figures.length_figure(results)
+    seeds = results["experiments"]["rope_length"]["seeds"]
+    per_seed = 2 * len(EXPERIMENTS["rope_length"].variants)
+    assert len(fig.data) == per_seed * len(seeds) and len(fig.layout.sliders[0].steps) == len(seeds)
+    assert sum(bool(t.visible) for t in fig.data) == per_seed
+    assert list(fig.data[0].x) == list(range(4, 16)) and list(fig.data[per_seed // 2].x) == list(range(4, 32))
+    assert fig.layout.width is None and fig.layout.meta["description"]
+
+
 @pytest.mark.parametrize("call, word", [
     (lambda r: figures.metric_figure("nope", results=r), "name"),
     (lambda r: figures.metric_figure("heads", "nope", r), "metric"),
     (lambda r: figures.curves_figure("heads", {"experiments": {}}), "results"),
     (lambda r: figures.split_weights_figure(99, r), "seed"),
     (lambda r: figures.kv_figure([1]), "results"),
+    (lambda r: figures.length_figure({"experiments": {}}), "results"),
 ])
 def test_bad_input_is_a_value_error_naming_the_argument(results, call, word):
     with pytest.raises(ValueError, match=word):

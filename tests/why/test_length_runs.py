@@ -1,0 +1,49 @@
+"""rope_length (chapter 12c): RoPE past its training length, position interpolation, NoPE and
+ALiBi. A rerun at half the steps keeps the directions; the shipped runs keep the claim's."""
+
+import pytest
+
+from mha_lib.why import EXPERIMENTS, TODAY, run
+from mha_lib.why.length_runs import LENGTH_VARIANTS
+from mha_lib.why.results import shipped_metrics
+
+
+@pytest.fixture(scope="module")
+def short_run():
+    return run("rope_length", 0, steps=300)
+
+
+def test_rope_length_is_one_of_todays_experiments():
+    assert "rope_length" in TODAY and EXPERIMENTS["rope_length"].variants == LENGTH_VARIANTS
+
+
+def test_at_half_the_steps_rope_fails_at_new_offsets_and_interpolation_moves_them(short_run):
+    m = short_run
+    assert list(m) == list(LENGTH_VARIANTS)
+    assert len({v["params"] for v in m.values()}) == 1  # no variant adds parameters
+    rotary, pi = m["rotary"], m["rotary + PI"]
+    assert rotary["accuracy_16"] > 0.9 and rotary["accuracy_64_trained"] > 0.9  # length alone is fine
+    assert rotary["accuracy_32_new"] < 0.3 and rotary["accuracy_64_new"] < 0.3  # new offsets are not
+    assert pi["accuracy_16"] == rotary["accuracy_16"]  # (scale 1 at the training length)
+    assert pi["accuracy_32_new"] > rotary["accuracy_32_new"] + 0.2
+    assert pi["accuracy_32_trained"] < rotary["accuracy_32_trained"] - 0.2
+    for tuned in ("rotary + PI + fine-tune", "rotary + fine-tune"):
+        assert m[tuned]["accuracy_64_new"] > rotary["accuracy_64_new"] + 0.3
+    for other in ("causal", "alibi"):
+        assert m[other]["accuracy_32_new"] > rotary["accuracy_32_new"] + 0.15
+        assert m[other]["accuracy_32_new"] > m[other]["accuracy_64_new"]  # falls with the offset
+
+
+def test_the_shipped_runs_support_the_claim_on_every_seed():
+    runs = shipped_metrics("rope_length")
+    assert sorted(runs) == ["0", "1", "2"]
+    for m in runs.values():
+        rotary, pi = m["rotary"], m["rotary + PI"]
+        tuned, control = m["rotary + PI + fine-tune"], m["rotary + fine-tune"]
+        assert min(rotary[f"accuracy_{L}_trained"] for L in (32, 64)) > 0.95
+        assert max(rotary[f"accuracy_{L}_new"] for L in (32, 64)) < 0.25
+        assert pi["accuracy_32_new"] > 0.45 and pi["accuracy_32_trained"] < 0.65
+        for L in (32, 64):
+            assert tuned[f"accuracy_{L}_new"] > control[f"accuracy_{L}_new"] + 0.04
+            assert tuned[f"accuracy_{L}_trained"] < control[f"accuracy_{L}_trained"]
+        assert max(m[v]["accuracy_64_new"] for v in ("causal", "alibi")) < 0.45
