@@ -451,6 +451,11 @@ MISTAKES: dict[tuple[str, str], _Mistake] = {
         "With window 3, query 10 sees the three keys 8, 9 and 10, itself included: keep "
         "i - window < j <= i. Look for a `+ 1` in the lower bound.",
     ),
+    ("window", "without_self"): _Mistake(
+        "the window without the query's own key: the `window` keys before it",
+        "The window counts the query itself, as a decoder's query always sees its own token: "
+        "keep i - window < j <= i, not i - window <= j < i.",
+    ),
     ("sink_keys", "not_causal"): _Mistake(
         "sinks not causal: an early query sees sink keys after it",
         "A sink is still a key of the past: with 4 sinks, query 0 sees key 0 only, not keys 1 to "

@@ -47,7 +47,7 @@ def _streaming_variant(L: int, window: int, num_sinks: int, spec: dict[str, str]
     keys, with the mistakes of ``spec``, as 0/1 integers (the reference for ``{}`` is
     ``(sliding_window(window) | sinks(num_sinks)).dense(1, L, L)``).
 
-    Settings ``window`` (``one_more``, ``one_less``), ``sink_keys`` (``not_causal``,
+    Settings ``window`` (``one_more``, ``one_less``, ``without_self``), ``sink_keys`` (``not_causal``,
     ``in_window``, ``and``, ``forgotten``), ``window_causal`` (``forgotten``),
     ``mask_convention`` (``inverted``).
 
@@ -63,6 +63,8 @@ def _streaming_variant(L: int, window: int, num_sinks: int, spec: dict[str, str]
         size = max(size - num_sinks, 0)
     past = (j <= i) if spec.get("window_causal") != "forgotten" else torch.ones(L, L, dtype=torch.bool)
     recent = past & (j > i - size)  # (L, L)
+    if spec.get("window") == "without_self":  # the `window` keys before the query, not itself
+        recent = (j < i) & (j >= i - window)
     first = (j < num_sinks) if rule == "not_causal" else (j < num_sinks) & (j <= i)  # (L, L)
     keep = recent if rule == "forgotten" else recent & first if rule == "and" else recent | first
     if spec.get("mask_convention") == "inverted":
@@ -70,7 +72,7 @@ def _streaming_variant(L: int, window: int, num_sinks: int, spec: dict[str, str]
     return keep.long()
 
 
-_STREAMING_SETTINGS = {"window": ("one_more", "one_less"),
+_STREAMING_SETTINGS = {"window": ("one_more", "one_less", "without_self"),
                        "sink_keys": ("not_causal", "in_window", "and", "forgotten"),
                        "window_causal": ("forgotten",), "mask_convention": ("inverted",)}
 
@@ -103,7 +105,7 @@ def check_streaming_mask(fn: Callable) -> bool:
     Shapes:
         returns a boolean (L, L) tensor, True = may attend.
 
-    Catches: the window one key too long or too short, sinks seen by queries before them, the
+    Catches: the window one key too long or too short or without the query's own key, sinks seen by queries before them, the
     sinks counted inside the window, window and sinks joined with & or the sinks forgotten, no
     causal part, True = masked, a mask that is not boolean or not (L, L).
     """
@@ -128,7 +130,7 @@ def _absorbed_variant(layer: LatentAttention, q: Tensor, c: Tensor, spec: dict[s
     ``k = split_heads(layer.W_uk(c))``, or, for a spec of mistakes, the absorbed form
     ``(q_h @ W_uk,h) @ c^T`` with them.
 
-    Settings ``scale`` (``none``, ``sqrt_r``), ``uk_heads`` (``interleaved``), ``uk_layout``
+    Settings ``scale`` (``none``, ``sqrt_r``, ``sqrt_D``), ``uk_heads`` (``interleaved``), ``uk_layout``
     (``in_out``, ``transposed_view``).
 
     Shapes:
@@ -148,12 +150,13 @@ def _absorbed_variant(layer: LatentAttention, q: Tensor, c: Tensor, spec: dict[s
             W_h = W.reshape(d, H, r).transpose(0, 1)  # (H*d, r) -> (d, H, r) -> (H, d, r)
         else:
             W_h = W.reshape(H, d, r)  # (H*d, r) -> (H, d, r): head h's block of rows
-        scale = {"none": 1.0, "sqrt_r": math.sqrt(r)}.get(spec.get("scale"), math.sqrt(d))
+        scale = {"none": 1.0, "sqrt_r": math.sqrt(r), "sqrt_D": math.sqrt(H * d)}.get(
+            spec.get("scale"), math.sqrt(d))
         q_lat = q @ W_h  # (B, H, Lq, d) @ (H, d, r) -> (B, H, Lq, r)
         return q_lat @ c[:, None].mT / scale  # (B, H, Lq, r) @ (B, 1, r, Lk) -> (B, H, Lq, Lk)
 
 
-_ABSORBED_SETTINGS = {"scale": ("none", "sqrt_r"), "uk_heads": ("interleaved",),
+_ABSORBED_SETTINGS = {"scale": ("none", "sqrt_r", "sqrt_D"), "uk_heads": ("interleaved",),
                       "uk_layout": ("in_out", "transposed_view")}
 
 
@@ -184,7 +187,7 @@ def check_absorbed_scores(fn: Callable) -> bool:
         q: (B, H, Lq, d); c: (B, Lk, r); W_uk: (H*d, r) (``layer.W_uk.weight``);
         returns (B, H, Lq, Lk).
 
-    Catches: no 1/sqrt(d), 1/sqrt(r) instead, W_uk's heads read interleaved, W_uk read as
+    Catches: no 1/sqrt(d), 1/sqrt(r) or 1/sqrt(D) instead, W_uk's heads read interleaved, W_uk read as
     (r, H*d), W_uk.T reshaped to (H, d, r) without moving its axes, modifying an input in place.
     """
     g = seeded(19)

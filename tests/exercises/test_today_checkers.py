@@ -41,6 +41,8 @@ def student_streaming(L, window, num_sinks, *bugs):
     recent = ~ones.tril(-w)  # j > i - w
     if "future" not in bugs:
         recent = recent & ones.tril()  # j <= i
+    if "without_self" in bugs:
+        recent = ones.tril(-1) & ~ones.tril(-window - 1)  # i - window <= j < i
     first = torch.zeros(L, L, dtype=torch.bool)
     first[:, :num_sinks] = True
     if "sinks_future" not in bugs:
@@ -62,6 +64,8 @@ def student_absorbed(q, c, W_uk, *bugs):
         W = W_uk.view(H, d, r)
     q_lat = torch.einsum("bhqd,hdr->bhqr", q, W)
     scores = torch.einsum("bhqr,bkr->bhqk", q_lat, c)
+    if "sqrt_D" in bugs:
+        return scores / math.sqrt(W_uk.shape[0])
     return scores / (1.0 if "no_scale" in bugs else math.sqrt(r) if "sqrt_r" in bugs else math.sqrt(d))
 
 
@@ -112,6 +116,7 @@ REFERENCES = [
 WRONG = [
     (check_streaming_mask, ("long",), [("window", "one_more")]),
     (check_streaming_mask, ("short",), [("window", "one_less")]),
+    (check_streaming_mask, ("without_self",), [("window", "without_self")]),
     (check_streaming_mask, ("sinks_future",), [("sink_keys", "not_causal")]),
     (check_streaming_mask, ("in_window",), [("sink_keys", "in_window")]),
     (check_streaming_mask, ("and",), [("sink_keys", "and")]),
@@ -121,6 +126,7 @@ WRONG = [
     (check_streaming_mask, ("long", "sinks_future"), [("window", "one_more"), ("sink_keys", "not_causal")]),
     (check_absorbed_scores, ("no_scale",), [("scale", "none")]),
     (check_absorbed_scores, ("sqrt_r",), [("scale", "sqrt_r")]),
+    (check_absorbed_scores, ("sqrt_D",), [("scale", "sqrt_D")]),
     (check_absorbed_scores, ("interleaved",), [("uk_heads", "interleaved")]),
     (check_absorbed_scores, ("in_out",), [("uk_layout", "in_out")]),
     (check_absorbed_scores, ("transposed_view",), [("uk_layout", "transposed_view")]),
