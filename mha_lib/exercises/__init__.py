@@ -23,6 +23,8 @@ The package:
 * :mod:`~mha_lib.exercises.later`      the checkers of chapters 4-7;
 * :mod:`~mha_lib.exercises.modern`     the checkers of RoPE (chapter 3b), grouped-query
   attention (chapter 10), tiled attention (chapter 11) and the mask lab's left padding;
+* :mod:`~mha_lib.exercises.today`      the checkers of chapter 12c's experiments: StreamingLLM's
+  mask, the absorbed scores of multi-head latent attention, gated attention's output;
 * :mod:`~mha_lib.exercises.wild`       the checkers of chapter 5's conversions: GPT-2's fused
   ``c_attn``, Llama's queries and keys;
 * :mod:`~mha_lib.exercises.grading`    partial credit per mistake family, for nbgrader;
@@ -75,12 +77,15 @@ from mha_lib.exercises.modern import (
     check_tiled_attention,
 )
 from mha_lib.exercises.judgement import check_threat_design
+from mha_lib.exercises.today import check_absorbed_scores, check_gated_output, check_streaming_mask
 from mha_lib.exercises.wild import check_gpt2_c_attn, check_llama_qk
 
 __all__ = [
     "MISTAKES",
+    "check_absorbed_scores",
     "check_crossover_length",
     "check_dot_product_attention",
+    "check_gated_output",
     "check_gpt2_c_attn",
     "check_gqa_from_mha",
     "check_left_padding_mask",
@@ -93,6 +98,7 @@ __all__ = [
     "check_prune_heads",
     "check_rotary",
     "check_stiefel_dimension",
+    "check_streaming_mask",
     "check_threat_design",
     "check_tiled_attention",
     "check_transpose_output",

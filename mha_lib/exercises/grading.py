@@ -63,6 +63,9 @@ CHECKER_FAMILIES: dict[str, tuple[str, ...]] = {
     "check_llama_qk": ("rotation pairs", "grouping"),
     "check_left_padding_mask": ("padding", "causality", "mask convention"),
     "check_threat_design": ("controls", "seeds", "learning rate", "conclusion"),
+    "check_streaming_mask": ("window", "sinks", "causality", "mask convention"),
+    "check_absorbed_scores": ("scores", "heads", "weight layout"),
+    "check_gated_output": ("gate function", "heads", "output projection"),
 }
 
 _RUNS = "runs on every case and returns the right shapes"

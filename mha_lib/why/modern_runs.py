@@ -1,8 +1,9 @@
 """The experiments of today's attention on the story model of chapter 12 (chapter 12c).
 
-* :func:`sinks_trial`: no training; the shipped model decodes held-out stories with the full
-  cache, a window of 8, the window and the first 4 keys (StreamingLLM), the window and the
-  first key; the loss, the cache's bytes and the weight on the first token.
+* :func:`sinks_trial`: the story model trained from a seed decodes held-out stories with the
+  full cache, a window of 8, the window and the first 4 keys (StreamingLLM), the window and
+  the first key; the loss, the cache's bytes, and the weight on the first token and on the
+  punctuation (the largest head's, beside an even spread's).
 * :func:`gated_trial`: the story model trained without an output gate, with one gate per head
   and with one per feature (gated attention): the held-out loss, the links' accuracies and
   the weight on the first token.
@@ -24,8 +25,7 @@ from torch import nn
 
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.latent import LatentAttention
-from mha_lib.lm import (Config, StoryLM, encode_stories, evaluate, held_out_stories, load_pretrained,
-                        train)
+from mha_lib.lm import Config, StoryLM, encode_stories, evaluate, held_out_stories, train
 from mha_lib.lm_sinks import sink_mass, streaming_losses
 from mha_lib.stories import Tokenizer, sample_stories
 from mha_lib.why._common import Outcome, parameter_count, summarise_curve
@@ -40,38 +40,53 @@ _EVAL_STORIES = 256
 
 
 def sinks_trial(seed: int, steps: int) -> dict[str, Outcome]:
-    """Decode 200 stories of seed ``2 * seed + 1`` (odd: never trained on) with each cache of
-    :data:`CACHES`; ``steps`` is not used (nothing is trained)."""
-    del steps
-    model = load_pretrained()[0]
-    stories = sample_stories(200, 2 * seed + 1)
+    """Train the story model from ``seed`` (``steps`` long), then decode the same held-out
+    stories (200 of seed 1: odd, never trained on) with each cache of :data:`CACHES`."""
+    start = time.process_time()
+    model = _train(_config(seed, steps), None).model
+    trained = time.process_time() - start
+    return _decode_with_caches(model, trained)
+
+
+def _decode_with_caches(model: StoryLM, train_seconds: float = 0.0) -> dict[str, Outcome]:
+    """The sinks experiment's measurements of one trained model (``train_seconds`` of CPU to
+    train it, counted in every variant's ``cpu_seconds``: the caches share the model)."""
+    stories = sample_stories(200, 1)
     _, lens = encode_stories(Tokenizer(), stories)  # (B,)
     stories = [s for s, n in zip(stories, lens.tolist()) if n >= _DECODED]
-    first = float(sink_mass(model, stories)["first"].max())
+    mass = sink_mass(model, stories)
+    shared = {"params": float(parameter_count(model)), "first_token_weight_max": float(mass["first"].max()),
+              "first_token_weight_even": float(mass["first_even"]),
+              "punctuation_weight_max": float(mass["punctuation"].max()),
+              "punctuation_weight_even": float(mass["punctuation_even"]), "stories": float(len(stories))}
     outcomes = {}
     for name, (window, num_sinks) in CACHES.items():
         start = time.process_time()
         losses, nbytes = streaming_losses(model, stories, length=_DECODED, window=window,
                                           num_sinks=num_sinks)  # (B, 55)
         outcomes[name] = Outcome({
-            "params": float(parameter_count(model)), "loss": float(losses.mean()),
-            "loss_past_window": float(losses[:, 8:].mean()),
-            "cache_bytes_per_story": nbytes / len(stories), "first_token_weight_max": first,
-            "stories": float(len(stories)), "cpu_seconds": time.process_time() - start})
+            **shared, "loss": float(losses.mean()), "loss_past_window": float(losses[:, 8:].mean()),
+            "cache_bytes_per_story": nbytes / len(stories),
+            "cpu_seconds": train_seconds + time.process_time() - start})
     return outcomes
 
 
-def _trained(config: Config, attention: dict[str, nn.Module] | None) -> Outcome:
+def _train(config: Config, attention: dict[str, nn.Module] | None):
     """Train the story model, its attention layers replaced by ``attention`` (None: as they
     are): the layers' shared weights are copied from the plain model's, the rest keeps its own."""
-    start = time.process_time()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = StoryLM(config)
     for block, layer in zip(model.blocks, (attention or {}).values()):
         layer.load_state_dict(block.attention.state_dict(), strict=False)  # (W_q, W_o, ...)
         block.attention = layer
-    result = train(config, progress=False, model=model)
+    return train(config, progress=False, model=model)
+
+
+def _trained(config: Config, attention: dict[str, nn.Module] | None) -> Outcome:
+    """:func:`_train`, then the held-out loss, the links' accuracies and the first-token weight."""
+    start = time.process_time()
+    result = _train(config, attention)
     metrics = evaluate(result.model, held_out_stories(_EVAL_STORIES))
     metrics["first_token_weight_max"] = float(sink_mass(result.model, held_out_stories(64))["first"].max())
     return Outcome({"params": float(parameter_count(result.model)), **metrics,
