@@ -72,6 +72,7 @@ from mha_lib.exercises.later import (
 )
 from mha_lib.exercises.modern import (
     check_gqa_from_mha,
+    check_interpolation,
     check_left_padding_mask,
     check_rotary,
     check_tiled_attention,
@@ -88,6 +89,7 @@ __all__ = [
     "check_gated_output",
     "check_gpt2_c_attn",
     "check_gqa_from_mha",
+    "check_interpolation",
     "check_left_padding_mask",
     "check_llama_qk",
     "check_longest_sequence",

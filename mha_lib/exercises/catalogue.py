@@ -61,6 +61,7 @@ FAMILIES: dict[str, str] = {
     "angle": "angles",
     "exponent": "angles",
     "offset": "positions",
+    "interp": "interpolation",
     "accumulator": "online softmax",
     "running_sum": "online softmax",
     "blocks": "online softmax",
@@ -336,6 +337,21 @@ MISTAKES: dict[tuple[str, str], _Mistake] = {
         "Turn row l by the angle positions[l] * theta_i, not l * theta_i: torch.arange(L) "
         "forgets where the sequence starts. After a KV cache holding n tokens the first new "
         "token is at position n, not 0.",
+    ),
+    ("interp", "inverted"): _Mistake(
+        "the scale inverted: positions times L'/L instead of L/L'",
+        "Interpolation squeezes the longer sequence into the trained range: position p of a "
+        "sequence of L' tokens turns by p * L / L' * theta_i, below L for every p < L'.",
+    ),
+    ("interp", "rounded"): _Mistake(
+        "the scaled positions rounded to integers",
+        "p * L / L' is a fraction (position 5 of 4x the length is 1.25): keep it as a float "
+        "in the angle; rounding gives neighbouring tokens the same angle.",
+    ),
+    ("interp", "some_pairs"): _Mistake(
+        "only some pairs interpolated: the slow pairs still turn at p * theta_i",
+        "Position interpolation scales the position, so every pair i turns by "
+        "p * L / L' * theta_i, the slow pairs too.",
     ),
     ("accumulator", "not_rescaled"): _Mistake(
         "the output accumulator not rescaled when the running maximum grows",

@@ -57,6 +57,7 @@ CHECKER_FAMILIES: dict[str, tuple[str, ...]] = {
     "check_longest_sequence": ("formula",),
     "check_prune_heads": ("pruning",),
     "check_rotary": ("rotation pairs", "angles", "positions"),
+    "check_interpolation": ("interpolation", "rotation pairs", "angles", "positions"),
     "check_tiled_attention": ("online softmax", "scores"),
     "check_gqa_from_mha": ("grouping", "pooling"),
     "check_gpt2_c_attn": ("weight layout", "fused projections"),

@@ -2,6 +2,7 @@
 
 * :func:`check_rotary`          RoPE in the book's convention (chapter 3b; chapter 9 reuses it
   with positions past a KV cache);
+* :func:`check_interpolation`   RoPE with position interpolation, from L to L' (chapter 12c);
 * :func:`check_gqa_from_mha`    grouped-query attention from multi-head attention by
   mean-pooling (chapter 10);
 * :func:`check_tiled_attention` attention over blocks of keys with an online softmax
@@ -47,7 +48,8 @@ from mha_lib.gqa import gqa_from_mha
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.positions import rotary
 
-__all__ = ["check_gqa_from_mha", "check_left_padding_mask", "check_rotary", "check_tiled_attention"]
+__all__ = ["check_gqa_from_mha", "check_interpolation", "check_left_padding_mask", "check_rotary",
+           "check_tiled_attention"]
 
 # --------------------------------------------------------------------------------------------
 # Rotary positions
@@ -104,6 +106,67 @@ def check_rotary(fn: Callable) -> bool:
     return run_cases("check_rotary", cases, _ROTARY_SETTINGS,
                      "Rotate one pair by hand: x[..., 0] and x[..., 1] of the row at position p "
                      "turn by the angle p (i = 0), and compare with mha_lib.positions.rotary.")
+
+
+def _interpolation_variant(x: Tensor, positions: Tensor, train_len: int, new_len: int,
+                           spec: dict[str, str]) -> Tensor:
+    """RoPE at the positions times ``train_len / new_len`` (position interpolation), with the
+    mistakes of ``spec``: ``interp`` (``inverted``, ``rounded``, ``some_pairs``) and those of
+    :func:`_rotary_variant` (``pairs``, ``angle``, ``exponent``, ``offset``).
+
+    Shapes:
+        x: (B, H, L, d); positions: (L,) -> (B, H, L, d)
+    """
+    mistake = spec.get("interp")
+    scale = new_len / train_len if mistake == "inverted" else train_len / new_len
+    rope = {k: v for k, v in spec.items() if k != "interp"}
+    if mistake == "rounded":  # (the cases keep every fraction below 1/2: floor and round agree)
+        return _rotary_variant(x, (positions * scale).floor().long(), rope)
+    if spec.get("offset") == "ignored":
+        positions = torch.arange(x.shape[-2])  # (L,)
+    sign = -1 if spec.get("angle") == "opposite" else 1
+    base = 100.0 if spec.get("exponent") == "i_over_d" else 10000.0
+    pairs = spec.get("pairs", "interleaved")
+    scaled = rotary(x, sign * positions, base, pairs=pairs, scale=scale)
+    if mistake != "some_pairs":
+        return scaled
+    d = x.shape[-1]  # only the first half of the pairs (the fast ones) scaled
+    pair = torch.arange(d) // 2 if pairs == "interleaved" else torch.arange(d) % (d // 2)  # (d,)
+    return torch.where(pair < d // 4, scaled, rotary(x, sign * positions, base, pairs=pairs))
+
+
+_INTERPOLATION_SETTINGS = {"interp": ("inverted", "rounded", "some_pairs"), **_ROTARY_SETTINGS}
+
+
+@checker
+def check_interpolation(fn: Callable) -> bool:
+    """Check ``fn(x, positions, train_len, new_len)``: RoPE with position interpolation (Chen
+    et al., 2023), against ``mha_lib.positions.rotary(x, positions, scale=train_len / new_len)``.
+
+    Pair i (features ``2i, 2i+1``) at position p turns by ``p * L / L' * 10000**(-2i/d)``.
+
+    Shapes:
+        x: (B, H, L, d), d even; positions: (L,) integers; returns (B, H, L, d).
+
+    Catches: the inverted scale L'/L, the scaled positions rounded to integers, only some
+    pairs scaled, and the mistakes of :func:`check_rotary`.
+    """
+    g = seeded(12)
+    setups = [  # (every scaled position's fraction below 1/2: see _interpolation_variant)
+        ("L = 16 to L' = 64 (scale 1/4), positions 0, 1, 4, 5, 8, 9; d = 8", (2, 2, 6, 8), [0, 1, 4, 5, 8, 9], 16, 64),
+        ("L = 16 to L' = 40 (scale 2/5), positions 0, 1, 3, 5, 6, 8; d = 8", (1, 2, 6, 8), [0, 1, 3, 5, 6, 8], 16, 40),
+        ("L = 16 to L' = 64 after 40 cached tokens, positions 40, 41, 44, 45; d = 12", (2, 1, 4, 12),
+         [40, 41, 44, 45], 16, 64),
+    ]
+    cases = []
+    for description, shape, positions, L, L_new in setups:
+        x, positions = torch.randn(shape, generator=g), long_tensor(positions)
+        cases.append(Case(description, run_student=lambda x, p, L=L, L_new=L_new: call_student(fn, x, p, L, L_new),
+                          variant=lambda spec, x=x, p=positions, L=L, L_new=L_new: _interpolation_variant(x, p, L, L_new, spec),
+                          inputs=(x, positions)))
+    return run_cases("check_interpolation", cases, _INTERPOLATION_SETTINGS,
+                     "Take one row at position p: its pair 0 must turn by the angle p * L / L', a "
+                     "fraction; compare with mha_lib.positions.rotary(x, positions, scale=L / L').")
 
 
 # --------------------------------------------------------------------------------------------
