@@ -56,17 +56,20 @@ def from_llama_attention(attn: nn.Module) -> GroupedQueryAttention:
     ``attn`` computes with the rotary embedding of its config and a causal mask; a Mistral
     layer's window is a mask too: ``mask=sliding_window(attn.config.sliding_window)``.
 
+    Llama's linear RoPE scaling, ``rope_parameters={"rope_type": "linear", "factor": f}``,
+    becomes ``rope_scale=1/f`` (position interpolation).
+
     Raises:
         ValueError: not a Llama or Mistral attention layer, or a config the book's layer does
-            not have: another RoPE (``rope_type`` other than ``"default"``, ``rope_theta`` other
-            than 10000, partial rotation), or a ``head_dim`` other than D / H.
+            not have: another RoPE (``rope_type`` other than ``"default"`` or ``"linear"``,
+            ``rope_theta`` other than 10000, partial rotation), or a ``head_dim`` other than D / H.
     """
     from transformers.models.llama.modeling_llama import LlamaAttention
     from transformers.models.mistral.modeling_mistral import MistralAttention
 
     if not isinstance(attn, (LlamaAttention, MistralAttention)):
         raise ValueError(f"attn must be a LlamaAttention or MistralAttention, got {type(attn).__name__}")
-    return _rope_layer_from(attn)
+    return _rope_layer_from(attn, linear=True)
 
 
 def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None = None) -> nn.Module:
@@ -75,7 +78,8 @@ def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None
 
     Call it as ``LlamaModel`` does: with ``position_embeddings`` from a
     ``LlamaRotaryEmbedding`` of the module's ``config`` and an additive causal mask
-    (B, 1, L, L).
+    (B, 1, L, L). A ``rope_scale`` s other than 1 becomes Llama's linear RoPE scaling,
+    ``rope_parameters={"rope_type": "linear", "factor": 1/s}``.
 
     Raises:
         ValueError: ``gqa`` not a ``GroupedQueryAttention`` with ``rope=True``.
@@ -85,7 +89,7 @@ def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None
     from transformers.models.llama.modeling_llama import LlamaAttention
     from transformers.models.mistral.modeling_mistral import MistralAttention
 
-    sizes = _rope_sizes(gqa)
+    sizes = _rope_sizes(gqa, linear=True)
     gqa.check_plain_scores("LlamaAttention")
     sizes["attention_bias"] = gqa.settings.bias
     if sliding_window is None:
@@ -162,16 +166,18 @@ def from_hf_llama(model: nn.Module) -> LlamaLM:
     return lm.train(model.training)
 
 
-def _rope_layer_from(attn: nn.Module, *, score_mod: ScoreMod | None = None,
-                     sink_logits: bool = False, query_scale: float = 1.0) -> GroupedQueryAttention:
+def _rope_layer_from(attn: nn.Module, *, score_mod: ScoreMod | None = None, sink_logits: bool = False,
+                     query_scale: float = 1.0, linear: bool = False) -> GroupedQueryAttention:
     """A ``GroupedQueryAttention(rope=True)`` holding the ``q_proj``, ``k_proj``, ``v_proj``,
     ``o_proj`` of a Hugging Face attention layer in Llama's layout (RoPE in halves,
     ``repeat_kv``): Llama, Mistral, Gemma 2, gpt-oss. ``W_q`` (and its bias) is multiplied by
-    ``query_scale``; the caller copies whatever else the family has (gpt-oss's sinks)."""
-    D, H, Hkv, d = _check_config(attn.config, "attn.config")
+    ``query_scale``; the caller copies whatever else the family has (gpt-oss's sinks). With
+    ``linear``, a linear RoPE scaling of factor f becomes ``rope_scale=1/f``."""
+    D, H, Hkv, d = _check_config(attn.config, "attn.config", linear=linear)
     settings = GroupedQueryAttention.Settings(
         D, H, Hkv, float(attn.config.attention_dropout), bias=attn.q_proj.bias is not None,
-        rope=True, score_mod=score_mod, sink_logits=sink_logits)
+        rope=True, score_mod=score_mod, sink_logits=sink_logits,
+        rope_scale=_linear_scale(attn.config) if linear else 1.0)
     gqa = build(GroupedQueryAttention, settings, like=attn)
     halves_to_interleaved = {"W_q": rope_permutation(d, H).argsort(),
                              "W_k": rope_permutation(d, Hkv).argsort()}
@@ -184,19 +190,24 @@ def _rope_layer_from(attn: nn.Module, *, score_mod: ScoreMod | None = None,
     return gqa
 
 
-def _rope_sizes(gqa: object, name: str = "gqa") -> dict:
+def _rope_sizes(gqa: object, name: str = "gqa", *, linear: bool = False) -> dict:
     """The config sizes of a Llama-like Hugging Face layer with ``gqa``'s heads (eager
-    attention), once ``gqa`` is checked to be a ``GroupedQueryAttention`` with RoPE."""
+    attention), once ``gqa`` is checked to be a ``GroupedQueryAttention`` with RoPE; with
+    ``linear``, its ``rope_scale`` as Llama's linear RoPE scaling (else it must be 1)."""
     if not isinstance(gqa, GroupedQueryAttention) or not gqa.rope:
         got = type(gqa).__name__ + (" with rope=False" if isinstance(gqa, GroupedQueryAttention) else "")
         raise ValueError(f"{name} must be an mha_lib.gqa.GroupedQueryAttention with rope=True, got {got}")
     s = gqa.settings  # every option of gqa, each one mapped by the callers (rope: checked above)
-    if s.rope_scale != 1.0:
-        raise ValueError(f"{name} must have rope_scale = 1 (the default RoPE; position "
-                         f"interpolation is not converted), got rope_scale={s.rope_scale!r}")
+    if s.rope_scale != 1.0 and not linear:
+        raise ValueError(f"{name} must have rope_scale = 1 (the default RoPE; this family has "
+                         f"no position interpolation here), got rope_scale={s.rope_scale!r}")
     H = s.num_heads
-    return dict(hidden_size=s.d_model, num_attention_heads=H, num_key_value_heads=s.num_kv_heads,
-                head_dim=s.d_model // H, attention_dropout=s.dropout, attn_implementation="eager")
+    sizes = dict(hidden_size=s.d_model, num_attention_heads=H, num_key_value_heads=s.num_kv_heads,
+                 head_dim=s.d_model // H, attention_dropout=s.dropout, attn_implementation="eager")
+    if s.rope_scale != 1.0:  # position interpolation: Llama's linear scaling, factor 1 / scale
+        sizes["rope_parameters"] = {"rope_type": "linear", "factor": 1.0 / s.rope_scale,
+                                    "rope_theta": _BOOK_ROPE_BASE}
+    return sizes
 
 
 def _rope_layer_to(gqa: GroupedQueryAttention, attn: nn.Module, query_scale: float = 1.0) -> nn.Module:
@@ -223,8 +234,9 @@ def _scale_linear(linear: nn.Linear, factor: float) -> None:
             linear.bias.mul_(factor)
 
 
-def _check_config(cfg: object, name: str) -> tuple[int, int, int, int]:
-    """D, H, Hkv, d of a Llama or Mistral config the book's layers can compute, else raise."""
+def _check_config(cfg: object, name: str, *, linear: bool = False) -> tuple[int, int, int, int]:
+    """D, H, Hkv, d of a Llama or Mistral config the book's layers can compute, else raise
+    (with ``linear``, Llama's linear RoPE scaling is one of them)."""
     D, H = cfg.hidden_size, cfg.num_attention_heads
     Hkv = getattr(cfg, "num_key_value_heads", None) or H
     d = getattr(cfg, "head_dim", None) or D // H
@@ -235,10 +247,25 @@ def _check_config(cfg: object, name: str) -> tuple[int, int, int, int]:
     rope_type = rope.get("rope_type", "default")
     theta = float(rope.get("rope_theta", _BOOK_ROPE_BASE))
     partial = float(rope.get("partial_rotary_factor", 1.0))
-    if rope_type != "default" or theta != _BOOK_ROPE_BASE or partial != 1.0:
-        raise ValueError(f"{name}.rope_parameters must be the default RoPE with rope_theta = "
-                         f"{_BOOK_ROPE_BASE:g} on every feature (mha_lib.positions.rotary), got {rope}")
+    types = ("default", "linear") if linear else ("default",)
+    if rope_type not in types or theta != _BOOK_ROPE_BASE or partial != 1.0:
+        raise ValueError(f"{name}.rope_parameters must be the rope_type {' or '.join(types)} with "
+                         f"rope_theta = {_BOOK_ROPE_BASE:g} on every feature "
+                         f"(mha_lib.positions.rotary), got {rope}")
+    if rope_type == "linear":
+        _linear_scale(cfg)  # (checks the factor)
     return D, H, Hkv, d
+
+
+def _linear_scale(cfg: object) -> float:
+    """``rope_scale`` of a config: 1 / ``factor`` of its linear RoPE scaling (1: no scaling)."""
+    rope = dict(getattr(cfg, "rope_parameters", None) or {})
+    if rope.get("rope_type", "default") != "linear":
+        return 1.0
+    factor = rope.get("factor")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < float("inf"):
+        raise ValueError(f"rope_parameters' factor must be a finite number > 0, got {factor!r}")
+    return 1.0 / float(factor)
 
 
 def _copy_linear(target: nn.Linear, source: nn.Linear, rows: Tensor | slice = slice(None)) -> None:

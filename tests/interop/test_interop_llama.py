@@ -92,3 +92,49 @@ def test_bad_input():
         to_llama_attention(GroupedQueryAttention(8, 2, 1, 0.0, rope=True), sliding_window=0)
     with pytest.raises(ValueError, match="biases"):
         to_llama_attention(GroupedQueryAttention(8, 2, 1, 0.0, bias=True, rope=True), sliding_window=4)
+
+
+@pytest.mark.parametrize("factor", [4.0, 2.5, 0.5])
+def test_linear_rope_scaling_is_position_interpolation_both_ways(factor, additive_mask, rope_of):
+    """Llama's rope_parameters {"rope_type": "linear", "factor": f} is rope_scale = 1/f: a model
+    built from such a config (eager, random weights) and the book's layer agree, both ways."""
+    import transformers
+
+    torch.manual_seed(1)
+    config = transformers.LlamaConfig(
+        hidden_size=48, num_attention_heads=6, num_key_value_heads=2, num_hidden_layers=1,
+        intermediate_size=64, vocab_size=40, attn_implementation="eager",
+        rope_parameters={"rope_type": "linear", "factor": factor, "rope_theta": 10000.0})
+    attn = transformers.LlamaForCausalLM(config).eval().model.layers[0].self_attn
+    ours = from_llama_attention(attn)
+    assert ours.settings.rope_scale == pytest.approx(1 / factor)
+    x = torch.randn(2, 11, 48)
+    lens = causal_valid_lens(2, 11)
+    with torch.no_grad():
+        theirs, _ = attn(x, position_embeddings=rope_of(config, 11, x.dtype),
+                         attention_mask=additive_mask(lens, 11, 11, x.dtype))
+        mine = ours(x, x, x, lens)
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+        plain = GroupedQueryAttention(48, 6, 2, 0.0, rope=True).eval()
+        plain.load_state_dict(ours.state_dict())
+        missed = (plain(x, x, x, lens) - theirs).abs().max()  # the scale matters
+        assert missed > 1e-5 and missed > 100 * (mine - theirs).abs().max()
+        back = to_llama_attention(ours).eval()
+        assert back.config.rope_parameters["rope_type"] == "linear"
+        assert back.config.rope_parameters["factor"] == pytest.approx(factor)
+        again, _ = back(x, position_embeddings=rope_of(back.config, 11, x.dtype),
+                        attention_mask=additive_mask(lens, 11, 11, x.dtype))
+        torch.testing.assert_close(again, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_other_families_and_the_whole_model_refuse_linear_scaling():
+    import transformers
+
+    config = transformers.LlamaConfig(hidden_size=16, num_attention_heads=2, num_key_value_heads=1,
+                                      num_hidden_layers=1, intermediate_size=8, vocab_size=10,
+                                      rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                       "rope_theta": 10000.0})
+    from mha_lib.interop import from_hf_llama
+
+    with pytest.raises(ValueError, match="rope_parameters"):
+        from_hf_llama(transformers.LlamaForCausalLM(config))  # (the book's LlamaLM has no scale)
