@@ -47,3 +47,26 @@ def test_the_shipped_runs_support_the_claim_on_every_seed():
             assert tuned[f"accuracy_{L}_new"] > control[f"accuracy_{L}_new"] + 0.04
             assert tuned[f"accuracy_{L}_trained"] < control[f"accuracy_{L}_trained"]
         assert max(m[v]["accuracy_64_new"] for v in ("causal", "alibi")) < 0.45
+
+
+def test_the_sequence_model_offers_alibi_and_a_rope_scale_without_changing_the_positions_kinds():
+    import torch
+
+    from mha_lib.scores import alibi
+    from mha_lib.why._common import POSITIONS, POSITIONS_MORE, SequenceModel
+
+    assert POSITIONS == ("none", "causal", "learned", "sinusoidal", "rotary") and "alibi" in POSITIONS_MORE
+    model = SequenceModel(17, 32, 2, 2, 64, "alibi")
+    assert all(block.attention.score_mod == alibi(2) for block in model.blocks)
+    scaled = SequenceModel(17, 32, 2, 2, 64, "rotary", rope_scale=0.25)
+    assert {block.attention.settings.rope_scale for block in scaled.blocks} == {0.25}
+    torch.manual_seed(0)
+    plain = SequenceModel(17, 32, 2, 2, 64, "rotary")
+    scaled.load_state_dict(plain.state_dict())
+    tokens = torch.randint(0, 17, (2, 12))
+    with torch.no_grad():
+        assert not torch.allclose(scaled(tokens), plain(tokens))
+    with pytest.raises(ValueError, match="rope_scale"):
+        SequenceModel(17, 32, 2, 2, 64, "causal", rope_scale=0.5)
+    with pytest.raises(ValueError, match="positions"):
+        SequenceModel(17, 32, 2, 2, 64, "nope")
