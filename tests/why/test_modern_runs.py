@@ -23,22 +23,28 @@ def test_a_model_trained_300_steps_already_forgets_with_a_window():
     assert loss["full cache"] < loss["window 8 + first 4"] < loss["window 8"]
 
 
-def test_the_gated_and_latent_variants_differ_only_in_their_attention():
-    gated = {name: o.metrics for name, o in gated_trial(0, 2).items()}
+def test_the_gated_and_latent_variants_differ_only_in_their_attention_and_point_the_shipped_way_at_300_steps():
+    gated = {name: o.metrics for name, o in gated_trial(1, 300).items()}
     assert gated["no gate"]["params"] < gated["head gate"]["params"] < gated["element gate"]["params"]
-    latent = {name: o.metrics for name, o in mla_trial(0, 2).items()}
+    latent = {name: o.metrics for name, o in mla_trial(1, 300).items()}
     cache = {name: m["cache_numbers_per_token"] for name, m in latent.items()}
     assert cache == {"MHA (Hkv=4)": 128, "GQA (Hkv=2)": 64, "MQA (Hkv=1)": 32, "MLA (r=32)": 32}
     assert latent["MQA (Hkv=1)"]["params"] < latent["MLA (r=32)"]["params"] < latent["MHA (Hkv=4)"]["params"]
     # the same initial weights and batches: the two plain models (no gate, MHA) are one model
     assert gated["no gate"]["loss"] == pytest.approx(latent["MHA (Hkv=4)"]["loss"], abs=1e-6)
+    # the shipped direction, a fifth of the steps in: a gate costs loss, and so do one shared
+    # key/value head and the latent of its size (two key/value heads catch up only later)
+    for variant in ("head gate", "element gate"):
+        assert gated[variant]["loss"] > gated["no gate"]["loss"] + 0.03
+    for variant in ("MQA (Hkv=1)", "MLA (r=32)"):
+        assert latent[variant]["loss"] > latent["MHA (Hkv=4)"]["loss"] + 0.05
 
 
 def test_the_shipped_runs_of_today_support_their_claims_on_every_seed():
     from mha_lib.why import TODAY
     from mha_lib.why.results import shipped_metrics
 
-    assert TODAY[:3] == ("sinks", "gated", "mla")
+    assert TODAY == ("sinks", "gated", "mla", "rope_length")
     for runs in shipped_metrics("sinks").values():
         loss = {name: m["loss"] for name, m in runs.items()}
         gap = loss["window 8"] - loss["full cache"]
