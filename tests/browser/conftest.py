@@ -150,7 +150,11 @@ def serious_axe_violations(page, exclude: list[str]) -> list[str]:
     from axe_playwright_python.sync_playwright import Axe
 
     # axe reads colours as they are in that frame: a tooltip half-way through its fade (the
-    # search control's, shown again when the search box closes) fails contrast it passes shown
+    # search control's, shown again when the search box closes) fails contrast it passes shown.
+    # A tooltip may start to fade in even after the wait below (twice in fresh-clone runs), so
+    # its fade is switched off: a tooltip is then either hidden (opacity 0, which axe skips) or
+    # shown as the reader reads it, and axe checks that.
+    page.add_style_tag(content=".tooltip.fade { transition: none !important; }")
     page.evaluate(_TRANSITIONS_DONE_JS)
     page.wait_for_function(_TOOLTIPS_SETTLED_JS)
     results = Axe().run(page, context={"exclude": [[selector] for selector in exclude]})
