@@ -46,7 +46,13 @@
                                 {text: wrapped, font: {size: 14}, x: 0, xanchor: "left"});
     }
     var top = 30 + 20 * lines, height = layout.height || 450;
-    var entries = data.filter(function (t) { return t.showlegend !== false && t.name; }).length;
+    // the legend's entries: one per name or legend group among the traces shown (a figure with a
+    // seed slider holds every seed's traces, all but one seed's hidden)
+    var groups = {};
+    data.forEach(function (t) {
+      if (t.showlegend !== false && t.name && t.visible !== false) groups[t.legendgroup || t.name] = true;
+    });
+    var entries = Object.keys(groups).length;
     if (entries > 1 && layout.showlegend !== false) {
       // one entry per line, between the title and the plot
       out.legend = Object.assign({}, layout.legend, {orientation: "h", x: 0, xanchor: "left",

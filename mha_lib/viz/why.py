@@ -235,8 +235,10 @@ def length_figure(results: dict | None = None) -> go.Figure:
         fig.update_yaxes(title_text="accuracy", range=[0, 1.05], row=row, col=1)
     fig.update_xaxes(title_text="copy offset n (tokens back)", row=len(lengths), col=1)
     fig.update_annotations(font_size=12)
-    fig.update_layout(title="Copying past the training length", height=700, margin={**_MARGIN, "t": 80},
-                      legend=dict(orientation="h", y=-0.12, yanchor="top"))
+    # the legend above the plots: below them it ran into the seed slider
+    fig.update_layout(title=dict(text="Copying past the training length", y=0.97, yanchor="top"),
+                      height=740, margin={**_MARGIN, "t": 140},
+                      legend=dict(orientation="h", x=0, y=1.06, yanchor="bottom"))
     return _describe(fig, "Accuracy of copying n tokens back at lengths 32 and 64 for a two-layer "
                           "model trained at length 16 on n = 4 to 7 (the shaded band), for each "
                           "variant: RoPE as trained, with position interpolation, with a short "

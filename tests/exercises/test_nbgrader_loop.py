@@ -16,6 +16,7 @@ import html
 import re
 
 import nbformat
+import pytest
 
 from mha_lib import exercises
 from mha_lib.book import assignments
@@ -62,6 +63,7 @@ def submission(release_nb, source_nb, mistakes: dict[str, tuple[str, str]], wron
     return release_nb
 
 
+@pytest.mark.plumbing  # (the first unit pass only: see the Makefile's unit-portable)
 def test_generate_submit_autograde_feedback(tmp_path, root, wrong_answers):
     from nbgrader.api import Gradebook
 
