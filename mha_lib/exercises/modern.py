@@ -66,7 +66,7 @@ def _rotary_variant(x: Tensor, positions: Tensor, spec: dict[str, str]) -> Tenso
         x: (B, H, L, d); positions: (L,) -> (B, H, L, d)
     """
     if spec.get("offset") == "ignored":
-        positions = torch.arange(x.shape[-2])  # (L,): every sequence as if it started at 0
+        positions = torch.arange(x.shape[-2], device=x.device)  # (L,): every sequence as if it started at 0
     if spec.get("angle") == "opposite":
         positions = -positions  # the angle -p * theta_i
     # 10000**(-i/d) = 100**(-2i/d): the exponent i/d is the book's formula with base 100
@@ -123,7 +123,7 @@ def _interpolation_variant(x: Tensor, positions: Tensor, train_len: int, new_len
     if mistake == "rounded":  # (the cases keep every fraction below 1/2: floor and round agree)
         return _rotary_variant(x, (positions * scale).floor().long(), rope)
     if spec.get("offset") == "ignored":
-        positions = torch.arange(x.shape[-2])  # (L,)
+        positions = torch.arange(x.shape[-2], device=x.device)  # (L,)
     sign = -1 if spec.get("angle") == "opposite" else 1
     base = 100.0 if spec.get("exponent") == "i_over_d" else 10000.0
     pairs = spec.get("pairs", "interleaved")
@@ -131,7 +131,8 @@ def _interpolation_variant(x: Tensor, positions: Tensor, train_len: int, new_len
     if mistake != "some_pairs":
         return scaled
     d = x.shape[-1]  # only the first half of the pairs (the fast ones) scaled
-    pair = torch.arange(d) // 2 if pairs == "interleaved" else torch.arange(d) % (d // 2)  # (d,)
+    feature = torch.arange(d, device=x.device)  # (d,)
+    pair = feature // 2 if pairs == "interleaved" else feature % (d // 2)  # (d,): each feature's pair
     return torch.where(pair < d // 4, scaled, rotary(x, sign * positions, base, pairs=pairs))
 
 
