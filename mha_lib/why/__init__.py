@@ -26,7 +26,16 @@ from __future__ import annotations
 from mha_lib.why._common import Experiment, Outcome, check_seed_and_steps
 from mha_lib.why.digit_runs import heads_trial, kv_heads_trial, output_trial, scale_trial
 from mha_lib.why.length_runs import LENGTH_VARIANTS, length_trial
-from mha_lib.why.modern_runs import CACHES, gated_trial, mla_trial, sinks_trial
+from mha_lib.why.modern_runs import (
+    CACHES,
+    GATE_LRS,
+    gated_lr_trial,
+    gated_trial,
+    mla_long_trial,
+    mla_trial,
+    output_story_trial,
+    sinks_trial,
+)
 from mha_lib.why.sequence_runs import norm_trial, positions_trial
 from mha_lib.why.threats import (
     NORM_LRS,
@@ -209,6 +218,34 @@ EXPERIMENTS: dict[str, Experiment] = {
             differs="no variant adds parameters (ALiBi's slopes are fixed); the two fine-tunes train "
                     "100 steps more (steps // 6) on copies at length 64 (17 tokens: the separator)",
             where="12c_attention_today", trial=length_trial),
+        # --- the threats to today's claims and to W_o's, on the story model ------------------
+        Experiment(
+            name="gated_lr",
+            question="Does the gate pay off at another learning rate, or opened from the start?",
+            claim="(threat to gated) No gate and a gate per head at the learning rates "
+                  + " and ".join(f"{lr:g}" for lr in GATE_LRS) + ", and a gate per head whose bias "
+                  "starts at +3 (sigmoid 0.95: open) at 0.006.",
+            variants=tuple(f"{g}, lr={lr:g}" for lr in GATE_LRS for g in ("no gate", "head gate"))
+            + ("head gate opened, lr=0.006",), metric="loss", higher_is_better=False, steps=1500,
+            differs="the gate's nn.Linear: D x H + H more parameters",
+            where="12c_attention_today", trial=gated_lr_trial, threatens="gated"),
+        Experiment(
+            name="mla_long",
+            question="Does the latent catch up with twice the steps, or with twice the cache?",
+            claim="(threat to mla) One and two key/value heads against a latent of 32 and of 64 "
+                  "(the same caches: 32 and 64 numbers per token and layer), trained twice as long.",
+            variants=("GQA (Hkv=2)", "MQA (Hkv=1)", "MLA (r=32)", "MLA (r=64)"), metric="loss",
+            higher_is_better=False, steps=3000,
+            differs="W_k and W_v: D x Hkv*d each (GQA, MQA), or W_dkv D x r and W_uk, W_uv r x D (MLA)",
+            where="12c_attention_today", trial=mla_long_trial, threatens="mla"),
+        Experiment(
+            name="output_story",
+            question="Is W_o still dispensable where the task is not solved by both?",
+            claim="(threat to output) Chapter 12's story model with W_o learned, or fixed at the "
+                  "identity in both layers (no model reaches a ceiling there).",
+            variants=("learned W_o", "no W_o (identity)"), metric="loss", higher_is_better=False,
+            steps=1500, differs="the identity W_o is not trained: 2 x (D x D + D) = 8,320 fewer parameters",
+            where="13_why", trial=output_story_trial, threatens="output"),
     )
 }
 """Every experiment, by name: the claims, then their threats, then today's attention."""
@@ -221,7 +258,7 @@ CLAIMS: tuple[str, ...] = tuple(name for name, e in EXPERIMENTS.items()
 """The design-choice experiments that make a claim (chapter 13's table)."""
 
 THREATS: dict[str, tuple[str, ...]] = {
-    claim: tuple(name for name, e in EXPERIMENTS.items() if e.threatens == claim) for claim in CLAIMS
+    claim: tuple(name for name, e in EXPERIMENTS.items() if e.threatens == claim) for claim in CLAIMS + TODAY
 }
 """claim -> the threat runs that could overturn it (``output`` has none: its claim is worded to
 what the run shows, that the MLP mixes the heads too)."""

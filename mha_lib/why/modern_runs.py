@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Callable
 
 import torch
 from torch import nn
@@ -27,10 +28,11 @@ from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.latent import LatentAttention
 from mha_lib.lm import Config, StoryLM, encode_stories, evaluate, held_out_stories, train
 from mha_lib.lm_sinks import sink_mass, streaming_losses
-from mha_lib.stories import Tokenizer, sample_stories
+from mha_lib.stories import RELATIONS, Tokenizer, sample_stories
 from mha_lib.why._common import Outcome, parameter_count, summarise_curve
 
-__all__ = ["CACHES", "gated_trial", "mla_trial", "sinks_trial"]
+__all__ = ["CACHES", "GATE_LRS", "gated_lr_trial", "gated_trial", "learned_at", "link_curves", "mla_long_trial",
+           "mla_trial", "output_story_trial", "replace_attention", "reused_seconds", "sinks_trial", "story_config", "story_run"]
 
 #: The caches of the sinks experiment: name -> (window, num_sinks); None: the full cache.
 CACHES = {"full cache": (None, 0), "window 8": (8, 0), "window 8 + first 4": (8, 4),
@@ -42,10 +44,8 @@ _EVAL_STORIES = 256
 def sinks_trial(seed: int, steps: int) -> dict[str, Outcome]:
     """Train the story model from ``seed`` (``steps`` long), then decode the same held-out
     stories (200 of seed 1: odd, never trained on) with each cache of :data:`CACHES`."""
-    start = time.process_time()
-    model = _train(_config(seed, steps), None).model
-    trained = time.process_time() - start
-    return _decode_with_caches(model, trained)
+    result, trained = story_run(story_config(seed, steps))
+    return _decode_with_caches(result.model, trained)
 
 
 def _decode_with_caches(model: StoryLM, train_seconds: float = 0.0) -> dict[str, Outcome]:
@@ -71,64 +71,184 @@ def _decode_with_caches(model: StoryLM, train_seconds: float = 0.0) -> dict[str,
     return outcomes
 
 
-def _train(config: Config, attention: dict[str, nn.Module] | None):
-    """Train the story model, its attention layers replaced by ``attention`` (None: as they
-    are): the layers' shared weights are copied from the plain model's, the rest keeps its own."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        model = StoryLM(config)
-    for block, layer in zip(model.blocks, (attention or {}).values()):
-        layer.load_state_dict(block.attention.state_dict(), strict=False)  # (W_q, W_o, ...)
-        block.attention = layer
-    return train(config, progress=False, model=model)
+_LEARNED = 0.5
+"""A link counts as learned once the held-out accuracy at it reaches this (the runs split into
+about 0.05-0.2, not learned, and 0.6-0.75, learned: a phase change, not a slope)."""
+_EVAL_EVERY, _EVAL_DURING = 100, 64  # the links' accuracy on 64 held-out stories every 100 steps
+_RUNS: dict[tuple, tuple] = {}
+"""The story models this process trained, by (config, kind): the experiments share them (the
+plain model is ``mla``'s MHA, ``kv_story``'s MHA, ``gated``'s no gate, ``sinks``' model)."""
+_KEPT_RUNS = 24
+_REUSED = [0.0]  # the CPU seconds of the runs handed out again (see reused_seconds)
 
 
-def _trained(config: Config, attention: dict[str, nn.Module] | None) -> Outcome:
-    """:func:`_train`, then the held-out loss, the links' accuracies and the first-token weight."""
-    start = time.process_time()
-    result = _train(config, attention)
+def reused_seconds() -> float:
+    """The CPU seconds this process did not spend again because :func:`story_run` handed out a
+    run it had trained (a record adds them back to the experiment that reused the run)."""
+    return _REUSED[0]
+
+
+def story_run(config: Config, kind: str = "", change: Callable[[StoryLM], None] | None = None):
+    """The story model trained from ``config``: ``(TrainResult, cpu_seconds)``.
+
+    ``change(model)`` alters the fresh model before training (its attention layers replaced,
+    ``W_o`` frozen, ...) and ``kind`` names the change (``""``: none); a run is trained once
+    per process for each ``(config, kind)`` and shared by the experiments that need it.
+    """
+    key = (config, kind)
+    if key not in _RUNS:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = StoryLM(config)
+        if change is not None:
+            change(model)
+        start = time.process_time()
+        result = train(config, progress=False, model=model)
+        if len(_RUNS) >= _KEPT_RUNS:
+            del _RUNS[next(iter(_RUNS))]
+        _RUNS[key] = (result, time.process_time() - start)
+    else:
+        _REUSED[0] += _RUNS[key][1]
+    return _RUNS[key]
+
+
+def replace_attention(seed: int, build: Callable[[], nn.Module]) -> Callable[[StoryLM], None]:
+    """A ``change`` for :func:`story_run`: every block's attention replaced by ``build()`` (from a
+    generator of their own, seeded by ``seed``); the weights the layers share (W_q, W_o, ...)
+    copied from the plain model's, the rest kept as built."""
+    def change(model: StoryLM) -> None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(10_000 + seed)
+            layers = [build() for _ in model.blocks]
+        for block, layer in zip(model.blocks, layers):
+            layer.load_state_dict(block.attention.state_dict(), strict=False)  # (W_q, W_o, ...)
+            block.attention = layer
+    return change
+
+
+def learned_at(history: dict) -> dict[str, int | None]:
+    """Per relation, the first step at which the held-out accuracy at its links reached
+    :data:`_LEARNED` (None: never, in this run), from a :func:`train` history."""
+    steps = [int(s) for s in history["eval_steps"]]
+    out = {}
+    for relation in RELATIONS:
+        hits = [s for s, acc in zip(steps, history[f"eval_{relation}"].tolist()) if acc >= _LEARNED]
+        out[relation] = hits[0] if hits else None
+    return out
+
+
+def link_curves(history: dict) -> dict[str, list]:
+    """The held-out accuracy at each relation's links during training (every 100 steps)."""
+    return {"steps": [int(s) for s in history["eval_steps"]],
+            **{r: [round(float(a), 4) for a in history[f"eval_{r}"]] for r in RELATIONS}}
+
+
+def _trained(config: Config, kind: str = "", change: Callable[[StoryLM], None] | None = None) -> Outcome:
+    """:func:`story_run`, then the held-out loss, the links' accuracies, the first-token weight,
+    and when each link was learned (``extra``: ``learned_at`` and the ``links`` curves)."""
+    result, cpu = story_run(config, kind, change)
     metrics = evaluate(result.model, held_out_stories(_EVAL_STORIES))
     metrics["first_token_weight_max"] = float(sink_mass(result.model, held_out_stories(64))["first"].max())
-    return Outcome({"params": float(parameter_count(result.model)), **metrics,
-                    "cpu_seconds": time.process_time() - start},
-                   summarise_curve(torch.as_tensor(result.history["train_loss"])))
+    return Outcome({"params": float(parameter_count(result.model)), **metrics, "cpu_seconds": cpu},
+                   summarise_curve(torch.as_tensor(result.history["train_loss"])),
+                   {"learned_at": learned_at(result.history), "links": link_curves(result.history)})
 
 
-def _config(seed: int, steps: int, **changes) -> Config:
-    return replace(Config(), seed=seed, steps=steps, eval_every=steps, **changes)
-
-
-def _layers(seed: int, num_layers: int, build) -> dict[str, nn.Module]:
-    """``build()`` once per layer, from a generator of their own (seeded by ``seed``)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(10_000 + seed)
-        return {f"layer {n}": build() for n in range(num_layers)}
+def story_config(seed: int, steps: int, **changes) -> Config:
+    """The story model's Config for a run of ``steps`` from ``seed`` (the links' accuracy logged
+    every 100 steps on 64 held-out stories), with ``changes``."""
+    return replace(Config(), seed=seed, steps=steps, eval_every=min(_EVAL_EVERY, steps),
+                   eval_stories=_EVAL_DURING, **changes)
 
 
 def gated_trial(seed: int, steps: int) -> dict[str, Outcome]:
     """The story model without an output gate, with a gate per head, with a gate per feature."""
-    config = _config(seed, steps)
-    D, H, N = config.d_model, config.num_heads, config.num_layers
-    outcomes = {"no gate": _trained(config, None)}
+    config = story_config(seed, steps)
+    outcomes = {"no gate": _trained(config)}
     for name, gate in (("head gate", "head"), ("element gate", "element")):
-        layers = _layers(seed, N, lambda: GroupedQueryAttention(D, H, H, 0.0, bias=True, rope=True, gate=gate))
-        outcomes[name] = _trained(config, layers)
+        outcomes[name] = _trained(config, f"{gate} gate", _gated(seed, config, gate))
     return outcomes
+
+
+def _gated(seed: int, config: Config, gate: str, opened: bool = False) -> Callable[[StoryLM], None]:
+    """Gated attention in every layer; ``opened``: each gate's bias starts at +3 (sigmoid 0.95,
+    the head's output passed almost whole) instead of nn.Linear's small values (sigmoid 0.5)."""
+    D, H = config.d_model, config.num_heads
+
+    def build() -> nn.Module:
+        layer = GroupedQueryAttention(D, H, H, 0.0, bias=True, rope=True, gate=gate)
+        if opened:
+            with torch.no_grad():
+                layer.gate.bias.fill_(_OPEN_GATE)
+        return layer
+    return replace_attention(seed, build)
 
 
 def mla_trial(seed: int, steps: int) -> dict[str, Outcome]:
     """The story model with 4, 2 and 1 key/value heads, and with a latent of 32 numbers (the
     cache of one key/value head of size 16, keys and values)."""
+    return _kv_and_latent(seed, steps, (4, 2, 1), (32,))
+
+
+def _kv_and_latent(seed: int, steps: int, kv_heads: tuple[int, ...], ranks: tuple[int, ...]) -> dict[str, Outcome]:
+    """The story model with each number of key/value heads, then with a latent of each rank."""
     outcomes = {}
-    for Hkv in (4, 2, 1):
-        config = _config(seed, steps, num_kv_heads=Hkv)
-        outcome = _trained(config, None)
+    for Hkv in kv_heads:
+        config = story_config(seed, steps, num_kv_heads=Hkv)
+        outcome = _trained(config)
         outcome.metrics["cache_numbers_per_token"] = 2.0 * Hkv * (config.d_model // config.num_heads)
         outcomes[f"{'MHA' if Hkv == 4 else 'GQA' if Hkv == 2 else 'MQA'} (Hkv={Hkv})"] = outcome
-    config = _config(seed, steps)
-    D, H, N, rank = config.d_model, config.num_heads, config.num_layers, 32
-    layers = _layers(seed, N, lambda: LatentAttention(D, D, D, D, H, 0.0, bias=True, rank=rank, rope=True))
-    outcome = _trained(config, layers)
-    outcome.metrics["cache_numbers_per_token"] = float(rank)
-    outcomes[f"MLA (r={rank})"] = outcome
+    config = story_config(seed, steps)
+    D, H = config.d_model, config.num_heads
+    for rank in ranks:
+        change = replace_attention(seed, lambda: LatentAttention(D, D, D, D, H, 0.0, bias=True, rank=rank, rope=True))
+        outcome = _trained(config, f"latent {rank}", change)
+        outcome.metrics["cache_numbers_per_token"] = float(rank)
+        outcomes[f"MLA (r={rank})"] = outcome
     return outcomes
+
+
+# --- the threats to 12c's claims: a learning-rate sweep and an open gate, a longer budget and a
+# wider latent, and W_o where nothing sits at a ceiling -------------------------------------------
+
+GATE_LRS = (3e-3, 1.2e-2)
+"""The learning rates of the gate's threat, around the story model's 6e-3."""
+_OPEN_GATE = 3.0
+
+
+def gated_lr_trial(seed: int, steps: int) -> dict[str, Outcome]:
+    """No gate and a gate per head at the learning rates of :data:`GATE_LRS`, and a gate per head
+    initialised open (bias +3) at the story model's own rate."""
+    outcomes = {}
+    for lr in GATE_LRS:
+        config = story_config(seed, steps, lr=lr)
+        outcomes[f"no gate, lr={lr:g}"] = _trained(config)
+        outcomes[f"head gate, lr={lr:g}"] = _trained(config, "head gate", _gated(seed, config, "head"))
+    config = story_config(seed, steps)
+    outcomes[f"head gate opened, lr={config.lr:g}"] = _trained(config, "head gate opened",
+                                                                _gated(seed, config, "head", opened=True))
+    return outcomes
+
+
+def mla_long_trial(seed: int, steps: int) -> dict[str, Outcome]:
+    """Two and one key/value heads against a latent of 32 and of 64 (their caches' sizes),
+    ``steps`` long (the threat's default: twice the story model's budget)."""
+    return _kv_and_latent(seed, steps, (2, 1), (32, 64))
+
+
+def _frozen_identity_output(model: StoryLM) -> None:
+    """W_o fixed at the identity (no bias), not trained: each head writes only its own d features."""
+    for block in model.blocks:
+        W_o = block.attention.W_o
+        with torch.no_grad():
+            W_o.weight.copy_(torch.eye(W_o.out_features))
+            if W_o.bias is not None:
+                W_o.bias.zero_()
+        W_o.requires_grad_(False)
+
+
+def output_story_trial(seed: int, steps: int) -> dict[str, Outcome]:
+    """The story model with ``W_o`` learned, or fixed at the identity in both layers."""
+    config = story_config(seed, steps)
+    return {"learned W_o": _trained(config),
+            "no W_o (identity)": _trained(config, "identity W_o", _frozen_identity_output)}

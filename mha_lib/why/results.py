@@ -39,36 +39,51 @@ def load_results(path: str | os.PathLike | None = None) -> dict:
 
 
 def record(names: Sequence[str], seeds: Sequence[int], path: str | os.PathLike = RESULTS_PATH, *,
-           progress=None) -> Path:
+           progress=None, add: bool = False) -> Path:
     """Run experiments ``names`` for every seed and write (or update) the results file.
 
-    Each experiment's entry keeps the CPU time of each seed's run (all its variants, one thread).
+    Each experiment's entry keeps the CPU time of each seed's run (all its variants, one thread)
+    and the machine that ran it. ``add``: keep the entry's other seeds (same steps), so that a
+    long series can be recorded a seed at a time; otherwise the entry holds ``seeds`` alone.
 
     ``progress(name, seed)`` is called before each run.
     """
     from mha_lib.why import EXPERIMENTS, run_outcomes
+    from mha_lib.why.modern_runs import reused_seconds
 
     path = Path(path)
     results = load_results(path) if path.exists() else {"experiments": {}}
     for name in names:
         experiment = EXPERIMENTS[name]
         entry = {"steps": experiment.steps, "seeds": {}, "cpu_seconds": {}}
+        kept = results["experiments"].get(name)
+        if add and kept is not None and kept["steps"] == experiment.steps:
+            entry = kept
         for seed in seeds:
             if progress is not None:
                 progress(name, seed)
-            start = time.process_time()
+            start, reused = time.process_time(), reused_seconds()
             outcomes = run_outcomes(name, seed)
-            entry["cpu_seconds"][str(seed)] = round(time.process_time() - start, 1)
+            spent = time.process_time() - start + reused_seconds() - reused  # (a shared run counts)
+            entry["cpu_seconds"][str(seed)] = round(spent, 1)
             entry["seeds"][str(seed)] = {
                 variant: {"metrics": {k: round(v, 6) for k, v in o.metrics.items()}, "curve": o.curve,
                           "extra": o.extra}
                 for variant, o in outcomes.items()
             }
+        entry["seeds"] = dict(sorted(entry["seeds"].items(), key=lambda item: int(item[0])))
+        entry["cpu_seconds"] = dict(sorted(entry["cpu_seconds"].items(), key=lambda item: int(item[0])))
+        entry["machine"] = _machine()
         results["experiments"][name] = entry
     results["machine"] = {"torch_version": torch.__version__, "platform": platform.machine(),
                           "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     path.write_text(json.dumps(results, separators=(",", ":")) + "\n", encoding="utf-8")
     return path
+
+
+def _machine() -> dict[str, str]:
+    return {"torch_version": torch.__version__, "platform": platform.machine(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def summary_rows(per_seed: dict[str, dict[str, dict[str, float]]], metric: str) -> list[tuple[str, float, float, float]]:

@@ -18,7 +18,6 @@ Shapes in the book's notation (:mod:`mha_lib`), and L a sequence's length.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
@@ -26,10 +25,9 @@ from torch import Tensor
 
 from mha_lib.decoding import kv_cache_bytes
 from mha_lib.digits import Config, DigitAttentionModel
-from mha_lib.lm import Config as StoryConfig
 from mha_lib.lm import evaluate, held_out_stories
-from mha_lib.lm import train as train_story
 from mha_lib.why._common import Outcome, SequenceModel, fit, parameter_count, seeded, summarise_curve
+from mha_lib.why.modern_runs import learned_at, link_curves, story_config, story_run
 from mha_lib.why.digit_runs import _digit_outcome, _train, _unscaled, scale_trial
 from mha_lib.why.sequence_runs import _D, _H, _TRAIN_LEN, _V, _accuracy, _batches, _loss, norm_trial, positions_trial
 
@@ -146,14 +144,14 @@ def kv_story_trial(seed: int, steps: int) -> dict[str, Outcome]:
     stories = held_out_stories(_STORY_HELD_OUT)
     out = {}
     for name, Hkv in (("MHA (Hkv=4)", 4), ("MQA (Hkv=1)", 1)):
-        config = dataclasses.replace(StoryConfig(), seed=seed, steps=steps, num_kv_heads=Hkv,
-                                     eval_every=steps, eval_stories=16)
-        result = train_story(config, progress=False)
+        config = story_config(seed, steps, num_kv_heads=Hkv)
+        result, cpu = story_run(config)  # (the runs of mla's MHA and MQA: trained once per process)
         got = evaluate(result.model, stories)
         metrics = {"params": float(parameter_count(result.model)),
                    **{k: float(v) for k, v in got.items()},
                    "cache_bytes": float(kv_cache_bytes(1, B=1, num_kv_heads=Hkv, head_size=config.d_model // config.num_heads,
                                                        num_layers=config.num_layers)),
-                   "cpu_seconds": float(result.history["cpu_seconds"])}
-        out[name] = Outcome(metrics, summarise_curve(result.history["train_loss"]))
+                   "cpu_seconds": float(cpu)}
+        out[name] = Outcome(metrics, summarise_curve(result.history["train_loss"]),
+                            {"learned_at": learned_at(result.history), "links": link_curves(result.history)})
     return out
