@@ -9,6 +9,8 @@ click on a legend entry hides or shows it.
   punctuation (buttons), beside an even spread (from :func:`mha_lib.lm_sinks.sink_mass`)
 * :func:`streaming_runs`   the loss at each position for every cache and window (the data of:)
 * :func:`streaming_figure` decoding past the window: a slider over the window, a line per cache
+* :func:`learning_figure`  when each seed learned a kind of link: its accuracy during training,
+  a line per seed; a dropdown picks the variant
 * :func:`cost_figure`      what each variant of the ``mla`` or ``gated`` experiment costs: a
   dropdown picks the metric; a dot per seed and the mean
 
@@ -32,7 +34,7 @@ from mha_lib.lm_sinks import streaming_losses
 from mha_lib.stories import RELATIONS, Story
 from mha_lib.why.results import load_results, shipped_metrics
 
-__all__ = ["cost_figure", "sink_figure", "streaming_figure", "streaming_runs"]
+__all__ = ["cost_figure", "learning_figure", "sink_figure", "streaming_figure", "streaming_runs"]
 
 _COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
 _DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
@@ -122,7 +124,7 @@ def sink_figure(mass: Mapping[str, Tensor]) -> go.Figure:
                      line=dict(color="#ffffff", width=6))],  # sets the even spread apart
         xaxis=dict(title="head h (and an even spread)", type="category"),
         yaxis=dict(title="layer", autorange="reversed", type="category"),
-        updatemenus=[_below(dict(type="buttons", direction="right", active=0, buttons=buttons,
+        updatemenus=[_below(dict(type="dropdown", direction="up", active=0, buttons=buttons,
                                  showactive=True), -0.38)])
     return _describe(fig, "The mean attention weight each head of the story model puts on the first "
                           "token (buttons: or on punctuation), layers as rows and heads as columns, "
@@ -241,13 +243,17 @@ _METRICS = {"loss": "held-out loss (nats)",
             **{r: f"accuracy at the {r} links" for r in RELATIONS},
             "first_token_weight_max": "largest weight on token 0<br>(a head's mean)"}
 _COST = {"mla": ("What each cache costs", ("loss", *RELATIONS)),
-         "gated": ("What a gate costs", ("loss", "first_token_weight_max", *RELATIONS))}
+         "mla_long": ("Twice the steps, twice the latent", ("loss", *RELATIONS)),
+         "gated": ("What a gate costs", ("loss", "first_token_weight_max", *RELATIONS)),
+         "gated_lr": ("A gate at other learning rates", ("loss", *RELATIONS)),
+         "output_story": ("What W_o is worth", ("loss", *RELATIONS))}
+_CACHED = ("mla", "mla_long")  # the experiments drawn against their cache's size
 
 
 def _positions(runs: dict, name: str, variants: list[str]) -> tuple[list, list]:
     """(x of each variant, x to show in the hover): the cache's numbers per token (mla;
     variants with equal caches drawn side by side) or the variant's name (gated)."""
-    if name != "mla":
+    if name not in _CACHED:
         return variants, variants
     first = runs[next(iter(runs))]
     sizes = [first[v]["cache_numbers_per_token"] for v in variants]
@@ -259,10 +265,11 @@ def _positions(runs: dict, name: str, variants: list[str]) -> tuple[list, list]:
 
 
 def cost_figure(name: str, results: dict | None = None) -> go.Figure:
-    """The shipped runs of experiment ``name`` (``"mla"`` or ``"gated"``): a metric of each
+    """The shipped runs of experiment ``name`` (a key of ``_COST``: ``"mla"``, ``"gated"`` and
+    their threats ``"mla_long"``, ``"gated_lr"``, and ``"output_story"``): a metric of each
     variant, a dot per seed and a bar at the mean; a dropdown picks the metric.
 
-    ``mla`` puts each variant at the numbers its cache keeps per token and layer (2 H_kv d, or the
+    ``mla`` and ``mla_long`` put each variant at the numbers its cache keeps per token and layer (2 H_kv d, or the
     latent's r; MQA and MLA keep 32 each and stand side by side); ``gated`` at its name.
     ``results``: like :func:`mha_lib.why.load_results` (default: the shipped file).
     """
@@ -294,7 +301,7 @@ def cost_figure(name: str, results: dict | None = None) -> go.Figure:
     fig = go.Figure()
     shown = values(metrics[0])["y"]
     for i, variant in enumerate(variants):
-        colour, where = _COLOURS[i % 7], f"{variant}, {sizes[i]:g} numbers" if name == "mla" else variant
+        colour, where = _COLOURS[i % 7], f"{variant}, {sizes[i]:g} numbers" if name in _CACHED else variant
         fig.add_scatter(x=[x[i]] * len(seeds), y=shown[2 * i], mode="markers", name=variant,
                         legendgroup=variant, showlegend=False, text=[f"seed {s}" for s in seeds], opacity=0.75,
                         marker=dict(color=colour, size=9, symbol=_SYMBOLS[i % 5]),
@@ -305,7 +312,7 @@ def cost_figure(name: str, results: dict | None = None) -> go.Figure:
                         hovertemplate=f"{where}, mean over {len(seeds)} seeds: " + "%{y:.3f}<extra></extra>")
     buttons = [dict(label=_METRICS[m].split("<br>")[0].replace("held-out ", ""), method="update",
                     args=[*view(m)]) for m in metrics]
-    xaxis = dict(title="variant") if name != "mla" else dict(
+    xaxis = dict(title="variant") if name not in _CACHED else dict(
         title="numbers cached per token and layer", type="log", tickvals=sorted(set(sizes)),
         range=[math.log10(min(sizes)) - 0.15, math.log10(max(sizes)) + 0.15])  # room for side by side
     fig.update_layout(
@@ -317,3 +324,55 @@ def cost_figure(name: str, results: dict | None = None) -> go.Figure:
     return _describe(fig, f"The {name} experiment's variants ({', '.join(variants)}): a metric "
                           f"(a dropdown picks it: {', '.join(m.replace('_', ' ') for m in metrics)}), "
                           f"one dot per seed ({len(seeds)} seeds) and a bar at the mean.")
+
+
+# --- when each seed learned a link -----------------------------------------------------------
+
+
+def learning_figure(name: str, relation: str = "possession", results: dict | None = None) -> go.Figure:
+    """The held-out accuracy at ``relation``'s links during training, a line per seed, for one
+    variant of story-model experiment ``name`` at a time (a dropdown picks it); a dotted line at
+    the accuracy that counts as learned (:data:`mha_lib.why.results.LEARNED`).
+
+    Each line is one seed's run, read every 100 steps on 64 held-out stories; a seed that jumps
+    from about 0.1 to above the line learned the links there, one that stays below never did.
+    """
+    from mha_lib.why.results import LEARNED, learned_counts
+
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    results = load_results() if results is None else results
+    entry = results.get("experiments", {}).get(name) if isinstance(results, Mapping) else None
+    if entry is None or "links" not in next(iter(next(iter(entry["seeds"].values())).values()))["extra"]:
+        raise ValueError(f"name must be a story-model experiment of the results (with its link curves), got {name!r}")
+    seeds = sorted(entry["seeds"], key=int)
+    variants = list(entry["seeds"][seeds[0]])
+    counts = learned_counts(name, relation, results)
+    fig = go.Figure()
+    for v, variant in enumerate(variants):
+        for i, seed in enumerate(seeds):
+            links = entry["seeds"][seed][variant]["extra"]["links"]
+            fig.add_scatter(x=links["steps"], y=links[relation], mode="lines", visible=v == 0,
+                            name=f"seed {seed}", line=dict(color=_COLOURS[i % 7], dash=_DASHES[i // 7 % 5], width=2),
+                            hovertemplate=f"{variant}, seed {seed}, " + "step %{x}: %{y:.2f}<extra></extra>")
+    steps = entry["steps"]
+    fig.add_scatter(x=[0, steps], y=[LEARNED, LEARNED], mode="lines", name="learned", showlegend=False,
+                    line=dict(color="#888888", dash="dot", width=1), hoverinfo="skip")
+    n = len(seeds)
+
+    def label(variant: str) -> str:
+        return f"{variant}: {counts[variant]['learned']} of {n}"
+
+    buttons = [dict(label=label(variant), method="update",
+                    args=[{"visible": [k // n == v for k in range(n * len(variants))] + [True]}])
+               for v, variant in enumerate(variants)]
+    fig.update_layout(
+        title=f"When each seed learned the {relation} links", height=480,
+        margin=dict(l=70, r=20, t=90, b=140), xaxis=dict(title="training step", range=[0, steps]),
+        yaxis=dict(title=f"accuracy at the {relation} links", range=[0, 1]),
+        legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
+        updatemenus=[_below(dict(type="dropdown", direction="up", active=0, buttons=buttons,
+                                 showactive=True), -0.25)])
+    return _describe(fig, f"The {name} experiment: the accuracy at the {relation} links during "
+                          f"training, a line per seed ({n} seeds), for one variant at a time "
+                          f"(a dropdown: {', '.join(label(v) for v in variants)} seeds learned them).")

@@ -30,6 +30,7 @@ from mha_lib.lm import Config, StoryLM, encode_stories, evaluate, held_out_stori
 from mha_lib.lm_sinks import sink_mass, streaming_losses
 from mha_lib.stories import RELATIONS, Tokenizer, sample_stories
 from mha_lib.why._common import Outcome, parameter_count, summarise_curve
+from mha_lib.why.results import LEARNED
 
 __all__ = ["CACHES", "GATE_LRS", "gated_lr_trial", "gated_trial", "learned_at", "link_curves", "mla_long_trial",
            "mla_trial", "output_story_trial", "replace_attention", "reused_seconds", "sinks_trial", "story_config", "story_run"]
@@ -71,9 +72,6 @@ def _decode_with_caches(model: StoryLM, train_seconds: float = 0.0) -> dict[str,
     return outcomes
 
 
-_LEARNED = 0.5
-"""A link counts as learned once the held-out accuracy at it reaches this (the runs split into
-about 0.05-0.2, not learned, and 0.6-0.75, learned: a phase change, not a slope)."""
 _EVAL_EVERY, _EVAL_DURING = 100, 64  # the links' accuracy on 64 held-out stories every 100 steps
 _RUNS: dict[tuple, tuple] = {}
 """The story models this process trained, by (config, kind): the experiments share them (the
@@ -128,11 +126,11 @@ def replace_attention(seed: int, build: Callable[[], nn.Module]) -> Callable[[St
 
 def learned_at(history: dict) -> dict[str, int | None]:
     """Per relation, the first step at which the held-out accuracy at its links reached
-    :data:`_LEARNED` (None: never, in this run), from a :func:`train` history."""
+    :data:`~mha_lib.why.results.LEARNED` (None: never, in this run), from a :func:`train` history."""
     steps = [int(s) for s in history["eval_steps"]]
     out = {}
     for relation in RELATIONS:
-        hits = [s for s, acc in zip(steps, history[f"eval_{relation}"].tolist()) if acc >= _LEARNED]
+        hits = [s for s, acc in zip(steps, history[f"eval_{relation}"].tolist()) if acc >= LEARNED]
         out[relation] = hits[0] if hits else None
     return out
 

@@ -19,7 +19,8 @@ import torch
 
 from mha_lib.why._common import spread
 
-__all__ = ["RESULTS_PATH", "load_results", "record", "shipped_metrics", "summary_rows", "summary_table", "threats_table"]
+__all__ = ["LEARNED", "RESULTS_PATH", "learned_counts", "load_results", "record", "shipped_metrics", "summary_rows",
+           "summary_table", "threats_table"]
 
 RESULTS_PATH = Path(str(resources.files("mha_lib") / "data" / "why_results.json"))
 """The shipped results."""
@@ -101,6 +102,33 @@ def shipped_metrics(name: str, results: dict | None = None) -> dict[str, dict[st
     results = load_results() if results is None else results
     runs = results["experiments"][name]["seeds"]
     return {seed: {v: r["metrics"] for v, r in per.items()} for seed, per in runs.items()}
+
+
+LEARNED = 0.5
+"""A run *learned* a relation's links when its held-out accuracy at them is at least this: on the
+story model the runs fall into two groups, near 0.1-0.2 and near 0.6-0.75, with next to nothing
+between (a phase change during training, not a slope)."""
+
+
+def learned_counts(name: str, relation: str, results: dict | None = None) -> dict[str, dict]:
+    """Per variant of story-model experiment ``name``: how many seeds learned ``relation``'s links.
+
+    Returns:
+        ``{variant: {"learned": k, "seeds": n, "at": {seed: step or None}, "values": {seed: acc}}}``:
+        ``k`` of the ``n`` seeds ended at an accuracy of at least :data:`LEARNED`; ``at`` is the
+        first step at which each seed's accuracy (on 64 held-out stories, every 100 steps)
+        reached it (None: never in the run).
+    """
+    results = load_results() if results is None else results
+    runs = results["experiments"][name]["seeds"]
+    seeds = sorted(runs, key=int)
+    out = {}
+    for variant in runs[seeds[0]]:
+        values = {s: runs[s][variant]["metrics"][relation] for s in seeds}
+        at = {s: runs[s][variant]["extra"]["learned_at"][relation] for s in seeds}
+        out[variant] = {"learned": sum(v >= LEARNED for v in values.values()), "seeds": len(seeds),
+                        "at": at, "values": values}
+    return out
 
 
 def summary_table(results: dict | None = None) -> str:
