@@ -3,16 +3,19 @@
 Each experiment trains a few variants of one model that differ in one choice (the number of
 heads, the 1/sqrt(d), positions, where the LayerNorm goes, key/value heads, ``W_o``), from the
 same seed, for the same steps, on a task built so that the choice matters. Every claim's run
-takes less than a minute of CPU on one thread, every threat's at most three:
+on the small tasks takes less than a minute of CPU on one thread, every threat's at most three;
+a variant of chapter 12's story model takes one to three minutes (1500 steps):
 
 * :data:`EXPERIMENTS`  name -> :class:`Experiment` (``.question``, ``.claim``, ``.variants``)
 * :func:`run`          ``run(name, seed, steps=None) -> {variant: {metric: value}}``
-* :func:`load_results` the runs shipped with the book (seeds 0, 1, 2), with their curves
+* :func:`load_results` the runs shipped with the book (seeds 0-2 on the small tasks; seeds 0-7
+  on the story model, whose links are learned or not in a phase change that can jump between
+  seeds), with their curves
 * ``python -m mha_lib.why NAME --seeds 0 1 2`` reruns one and prints mean and spread
 * :data:`CLAIMS` the experiments that make a claim; :data:`THREATS` claim -> the runs that
   could overturn it (more steps, another initialisation, a learning-rate sweep, a harder
-  task), each at most three CPU minutes per seed; :mod:`mha_lib.why.lessons` words each claim
-  to what the pair shows
+  task); :mod:`mha_lib.why.lessons` words each claim to what the pair shows; today's claims
+  have threats too (``gated_lr``, ``mla_long``)
 * :data:`TODAY` the experiments of today's attention (chapter 12c): ``sinks``, ``gated``,
   ``mla`` on the story model (:mod:`mha_lib.why.modern_runs`), and ``rope_length``, RoPE past
   its training length and position interpolation (:mod:`mha_lib.why.length_runs`)

@@ -19,8 +19,8 @@ import torch
 
 from mha_lib.why._common import spread
 
-__all__ = ["LEARNED", "RESULTS_PATH", "learned_counts", "load_results", "record", "shipped_metrics", "summary_rows",
-           "summary_table", "threats_table"]
+__all__ = ["LEARNED", "RESULTS_PATH", "learned_counts", "load_results", "record", "seed_table", "shipped_metrics",
+           "summary_rows", "summary_table", "threats_table"]
 
 RESULTS_PATH = Path(str(resources.files("mha_lib") / "data" / "why_results.json"))
 """The shipped results."""
@@ -129,6 +129,35 @@ def learned_counts(name: str, relation: str, results: dict | None = None) -> dic
         out[variant] = {"learned": sum(v >= LEARNED for v in values.values()), "seeds": len(seeds),
                         "at": at, "values": values}
     return out
+
+
+def _steps(at: dict) -> str:
+    steps = sorted(step for step in at.values() if step is not None)
+    if not steps:
+        return ""
+    return f"at step {steps[0]}" if len(set(steps)) == 1 else f"at steps {steps[0]}-{steps[-1]}"
+
+
+def seed_table(name: str, metrics: Sequence[str] = ("loss",), relations: Sequence[str] = ("possession",),
+               results: dict | None = None) -> str:
+    """Story-model experiment ``name`` over its seeds, a line per variant: its parameters, each
+    of ``metrics`` as the mean and [lowest-highest seed], and for each of ``relations`` how many
+    seeds learned its links (:func:`learned_counts`) and between which steps."""
+    results = load_results() if results is None else results
+    runs = shipped_metrics(name, results)
+    n = len(runs)
+    counts = {relation: learned_counts(name, relation, results) for relation in relations}
+    head = f"{'variant':<26}{'parameters':>11}" + "".join(f"{m + ': mean [range]':>27}" for m in metrics)
+    head += "".join(f"  {r + ' learned':<30}" for r in relations)
+    lines = [head]
+    for variant in runs[next(iter(runs))]:
+        values = {m: [per[variant][m] for per in runs.values()] for m in metrics}
+        cells = "".join(f"{f'{sum(v) / n:.3f} [{min(v):.3f}-{max(v):.3f}]':>27}" for v in values.values())
+        learned = "".join(f"  {c[variant]['learned']} of {n} seeds {_steps(c[variant]['at'])}".ljust(32)
+                          for c in counts.values())
+        params = int(next(iter(runs.values()))[variant]["params"])
+        lines.append(f"{variant:<26}{params:>11,}{cells}{learned}".rstrip())
+    return "\n".join(lines)
 
 
 def summary_table(results: dict | None = None) -> str:
