@@ -147,8 +147,9 @@ LESSONS: dict[str, _Lesson] = {
     "output": _Lesson(
         shows="In one layer followed by an MLP, fixing W_o at the identity changes nothing measurable "
               "on the digit task, where both variants reach 100%: a ceiling, where no cost can show. "
-              "On the story model (two layers, eight seeds) the identity W_o learned the possession "
-              "relation on fewer seeds: W_o's mixing inside the layer is worth something there.",
+              "On the story model (two layers, eight seeds, no ceiling) the identity W_o learned the "
+              "possession relation on 5 seeds against 7: a difference eight seeds cannot tell from "
+              "chance. The MLP and the next layer read all heads' features anyway.",
         change="a task with no ceiling (`output_story`: the story model)",
         threat=_output),
 }
