@@ -149,7 +149,7 @@ def ablate(model: StoryLM, stories: Sequence[Story], heads: dict[str, _HeadFindi
     before = _link_losses(model, stories)
     result = {}
     for relation, found in heads.items():
-        after = _link_losses(model, stories, head_gates(shape, [(found.layer, found.head)]))
+        after = _link_losses(model, stories, head_gates(shape, [tuple(found[:2])]))  # (layer, head, ...)
         result[relation] = {"linked": (before[relation], after[relation]), "rest": (before["rest"], after["rest"])}
     return result
 
