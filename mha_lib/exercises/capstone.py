@@ -65,6 +65,7 @@ from torch import Tensor, nn
 from mha_lib._modes import eval_mode
 from mha_lib.exercises._capstone_parts import INTERFACE_CHECKS, Broken as _Broken, block_points, call as _call
 from mha_lib.exercises._capstone_parts import interface_points
+from mha_lib.exercises._capstone_hand_in import load_hand_in, save_hand_in
 from mha_lib.exercises.grading import _run_checker, max_points
 from mha_lib.exercises.runner import seeded
 from mha_lib.importance import head_gates
@@ -75,6 +76,7 @@ from mha_lib.stories import RELATIONS, Story, Tokenizer, link_mask, sample_stori
 __all__ = [
     "CapstoneReport",
     "GRADE_SEED",
+    "HAND_IN",
     "LOSS_FLOOR",
     "MAX_LOSS",
     "MIN_ACCURACY",
@@ -90,6 +92,8 @@ __all__ = [
     "check_block",
     "check_capstone_attention",
     "grade",
+    "load_hand_in",
+    "save_hand_in",
 ]
 
 GRADE_SEED = 3501
@@ -97,6 +101,8 @@ GRADE_SEED = 3501
 s of a run with seed c reads ``sample_stories(batch, 2 * (c * 10**6 + s))``), and not seed 1,
 the held-out stories the chapters print numbers of. A class's autograder passes another odd
 seed, one no student sees."""
+HAND_IN = "capstone_hand_in.pt"
+"""The hand-in file (:func:`save_hand_in`), beside the notebook: a class's autograder grades it."""
 NUM_STORIES = 300
 """How many stories the quality and heads parts read."""
 MAX_LOSS = 1.15
@@ -124,7 +130,7 @@ WEIGHT_TOLERANCE = 0.1
 RISE_TOLERANCE = (0.25, 0.15)
 """A handed-in rise r holds when it is within ``0.25 + 0.15 * |r'|`` nats of the grader's r'
 (300 stories of one seed and of another give rises up to 0.25 nats apart)."""
-NEW_TOKENS = 12
+NEW_TOKENS = 5
 """How many tokens each prompt of the decoding part is continued by."""
 POINTS = {"components": 10, "decoding": 6, "quality": 6, "heads": 12}
 """The points of each part: components 2 each for attention, rotary and block, and 1 per check of
