@@ -426,21 +426,41 @@ def test_lm_train_trains_any_model_with_storylms_interface():
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
-def test_the_capstone_assignment_grades_the_hand_in_again_on_hidden_stories():
+def test_the_capstone_assignment_grades_the_hand_in_file_once_on_hidden_stories():
     from nbgrader.preprocessors import ClearHiddenTests
 
     nb = nbformat.read(ROOT / "chapters" / "12b_capstone.ipynb", as_version=4)
     total = sum(capstone.POINTS.values())
     hand_in = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex-12b-roles-test"]
-    assert len(hand_in) == 1 and hand_in[0].metadata["nbgrader"]["points"] == total
+    assert len(hand_in) == 1 and "save_hand_in(my_model, my_roles, HAND_IN)" in hand_in[0].source
     source = assignments.source_notebook(nb, capstone_seed=11)
+    graded = [c.metadata["nbgrader"] for c in source.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert sum(g["points"] for g in graded) == total  # each rubric part once: the hidden grade's
     hidden = [c for c in source.cells if "hidden_grade(" in c.source]
-    assert len(hidden) == 1 and "seed=11)" in hidden[0].source
-    assert hidden[0].metadata["nbgrader"] == {**hidden[0].metadata["nbgrader"], "grade": True, "points": total}
+    assert len(hidden) == 1 and "seed=11)" in hidden[0].source and "hidden_load(HAND_IN" in hidden[0].source
+    assert hidden[0].metadata["nbgrader"]["points"] == total
+    assert not any("remove-cell" in c.metadata.get("tags", []) for c in source.cells)
     released, _ = ClearHiddenTests().preprocess(source, {})
     assert not any("hidden_grade" in c.source or "seed=11" in c.source for c in released.cells)
+    asserts = [line for c in released.cells if c.cell_type == "code" for line in c.source.splitlines()
+               if line.lstrip().startswith("assert")]
+    assert asserts and all(re.match(r"assert check_\w+\(\w+\)$", line) for line in asserts), asserts
     with pytest.raises(ValueError, match="capstone_seed: expected an odd integer"):
         assignments.source_notebook(nb, capstone_seed=12)
+
+
+def test_a_hand_in_file_loads_with_weights_only_and_grades_as_the_model(student, shipped, tmp_path):
+    model, _ = _student_model(student)
+    path = capstone.save_hand_in(model, shipped[1], tmp_path / capstone.HAND_IN)
+    again, roles = capstone.load_hand_in(path, student["MyStoryLM"])
+    assert roles == shipped[1] and not again.training
+    ids, lens = encode_stories(Tokenizer(), held_out_stories(4))
+    assert torch.equal(again(ids, lens), model(ids, lens))
+    with pytest.raises(ValueError, match="roles must map relations"):
+        capstone.save_hand_in(model, {"recall": (1, 3)}, tmp_path / "bad.pt")
+    torch.save({"format": "other"}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="is not a capstone hand-in"):
+        capstone.load_hand_in(tmp_path / "other.pt", student["MyStoryLM"])
 
 
 class _NoGates(torch.nn.Module):
