@@ -39,13 +39,14 @@ The four parts (:data:`POINTS`):
   class's autograder passes a seed no student has): its mean weight on the relation's links
   (:func:`mha_lib.lm_heads.link_weights`, the larger of key j and j + 1) and its rise, how much
   more gating it off raises the loss at the links than elsewhere (the ``linked`` rise less the
-  ``rest`` rise of :func:`mha_lib.lm_heads.ablate`). Each piece of evidence earns a point when
-  it holds (within :data:`WEIGHT_TOLERANCE` / :data:`RISE_TOLERANCE` of the remeasurement) and
-  another when the head then passes: weight >= :data:`MIN_LINK_WEIGHT`; rise >=
-  :data:`MIN_SELECTIVE_RISE` and >= :data:`RIVAL_SHARE` of the largest rise of the heads that look
-  at the links (weight >= :data:`RIVAL_MIN_WEIGHT`). The report says which evidence holds; it
-  names no head the student did not name and prints no number the student did not give, so
-  grading every head in turn reveals no role.
+  ``rest`` rise of :func:`mha_lib.lm_heads.ablate`). Evidence that itself falls short of the
+  thresholds earns nothing and is not checked. Otherwise the evidence holds when both numbers
+  agree with the remeasurement (within :data:`WEIGHT_TOLERANCE` / :data:`RISE_TOLERANCE`): 2
+  points, and a point for each that the head then passes: weight >= :data:`MIN_LINK_WEIGHT`;
+  rise >= :data:`MIN_SELECTIVE_RISE` and >= :data:`RIVAL_SHARE` of the largest rise of the heads
+  that look at the links (weight >= :data:`RIVAL_MIN_WEIGHT`). The report says whether the
+  evidence holds; it names no head the student did not name and prints no number the student did
+  not give, so grading every head in turn with the same evidence reveals no role.
 
 Shape legend
     B   stories; L padded length; N layers; H heads per layer; V vocabulary size
@@ -135,8 +136,8 @@ NEW_TOKENS = 5
 POINTS = {"components": 10, "decoding": 6, "quality": 6, "heads": 12}
 """The points of each part: components 2 each for attention, rotary and block, and 1 per check of
 the attention's own interface; decoding 2 per check; quality 2 per threshold (none without
-causality); heads 4 per relation (a point for each piece of evidence that holds, a point for each
-that then passes)."""
+causality); heads 4 per relation (2 when the evidence holds, a point for each threshold the head
+then passes)."""
 
 _COMPONENTS = {"attention": "check_multihead_attention", "rotary": "check_rotary", "block": None}
 _COMPONENT_POINTS = 2
@@ -492,36 +493,37 @@ def _heads(model: nn.Module, stories: list[Story], roles: dict, shape: tuple[int
         if not (0 <= n < N and 0 <= h < H):
             lines.append(f"{relation}: head {role['head']} does not exist (layers 0-{N - 1}, heads 0-{H - 1})")
             continue
-        looks = link_weights(weights, stories, relation).nan_to_num(0.0).amax(-1)  # (N, H): key j or j + 1
-        rivals = [rises[k][relation] for k in rises if float(looks[k]) >= RIVAL_MIN_WEIGHT or k == (n, h)]
-        measured_rise = rises[(n, h)][relation]
-        weight_holds = abs(weight - float(looks[n, h])) <= WEIGHT_TOLERANCE
-        rise_holds = abs(rise - measured_rise) <= RISE_TOLERANCE[0] + RISE_TOLERANCE[1] * abs(measured_rise)
-        weight_passes = weight_holds and float(looks[n, h]) >= MIN_LINK_WEIGHT
-        rise_passes = rise_holds and measured_rise >= max(MIN_SELECTIVE_RISE, RIVAL_SHARE * max(rivals))
-        total += weight_holds + weight_passes + rise_holds + rise_passes
-        notes = [_weight_note(relation, weight, weight_holds, weight_passes),
-                 _rise_note(relation, rise, rise_holds, rise_passes)]
-        lines.append(f"{relation} (layer {n} head {h}): " + "; ".join(notes))
+        points, note = _grade_role(relation, (n, h), weight, rise, weights, rises, stories)
+        total += points
+        lines.append(f"{relation} (layer {n} head {h}): {note}")
     return total, "\n".join(lines)
 
 
-def _weight_note(relation: str, weight: float, holds: bool, passes: bool) -> str:
+def _grade_role(relation: str, head: tuple[int, int], weight: float, rise: float, weights: Tensor,
+                rises: dict, stories: list[Story]) -> tuple[int, str]:
+    """Points (of 4) and the message of one role. Evidence below the thresholds is not checked, and
+    evidence is judged as a whole: the message never depends on a number the student did not give."""
+    if weight < MIN_LINK_WEIGHT or rise < MIN_SELECTIVE_RISE:
+        return 0, (f"your weight {weight:.2f} and rise {rise:+.2f}: by your own evidence this is not the "
+                   f"{relation} head (it needs a weight >= {MIN_LINK_WEIGHT} and a rise >= {MIN_SELECTIVE_RISE})")
+    looks = link_weights(weights, stories, relation).nan_to_num(0.0).amax(-1)  # (N, H): key j or j + 1
+    measured_weight, measured_rise = float(looks[head]), rises[head][relation]
+    holds = abs(weight - measured_weight) <= WEIGHT_TOLERANCE and \
+        abs(rise - measured_rise) <= RISE_TOLERANCE[0] + RISE_TOLERANCE[1] * abs(measured_rise)
     if not holds:
-        return (f"your weight {weight:.2f} does not hold on the grader's stories (more than {WEIGHT_TOLERANCE} "
-                f"apart): measure it again, with link_weights on the weights need_weights reports")
-    return f"your weight {weight:.2f} holds" + (f" and reaches {MIN_LINK_WEIGHT}" if passes else
-                                                f", and it is below {MIN_LINK_WEIGHT}: this head looks elsewhere")
-
-
-def _rise_note(relation: str, rise: float, holds: bool, passes: bool) -> str:
-    if not holds:
-        return (f"your rise {rise:+.2f} does not hold on the grader's stories: measure it again (the loss rise at "
-                f"the {relation} links less the rise elsewhere, gating the head off)")
-    if passes:
-        return f"your rise {rise:+.2f} holds and is enough"
-    return (f"your rise {rise:+.2f} holds, but it is below {MIN_SELECTIVE_RISE}, or below {RIVAL_SHARE:g} of the "
-            f"rise of another head that looks at the {relation} links: the model misses another head more")
+        return 0, (f"your evidence (weight {weight:.2f}, rise {rise:+.2f}) does not hold on the grader's stories: "
+                   f"the weight, the rise or both differ from its measurement by more than {WEIGHT_TOLERANCE} / "
+                   f"{RISE_TOLERANCE[0]} + {RISE_TOLERANCE[1]} x rise. Measure again, on stories of an odd seed: "
+                   "link_weights on the weights need_weights reports, and ablate for the rise")
+    rivals = [r[relation] for k, r in rises.items() if float(looks[k]) >= RIVAL_MIN_WEIGHT or k == head]
+    weight_passes = measured_weight >= MIN_LINK_WEIGHT
+    rise_passes = measured_rise >= max(MIN_SELECTIVE_RISE, RIVAL_SHARE * max(rivals))
+    notes = [f"your evidence (weight {weight:.2f}, rise {rise:+.2f}) holds",
+             "the weight passes" if weight_passes else f"but on the grader's stories the weight is below {MIN_LINK_WEIGHT}",
+             "the rise passes" if rise_passes else (
+                 f"but the rise is below {MIN_SELECTIVE_RISE} on the grader's stories, or below {RIVAL_SHARE:g} of "
+                 f"the rise of another head that looks at the {relation} links: the model misses another head more")]
+    return 2 + weight_passes + rise_passes, "; ".join(notes)
 
 
 # --- the grade ------------------------------------------------------------------------------------
