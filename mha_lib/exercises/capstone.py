@@ -317,8 +317,14 @@ def _decoding(model: nn.Module, stories: list[Story]) -> tuple[float, str]:
         points += most
         lines.append("padding: a story scores the same alone and padded in a batch")
     else:
-        lines.append("padding: a story's scores change when it is padded in a batch. Does forward apply valid_lens "
-                     "(no query may see a key at or past its row's length), and is padding on the right?")
+        try:
+            causal = _causality(model, stories) is None
+        except _Broken:
+            causal = True  # (the quality part reports what raised)
+        lines.append("padding: a story's scores change when it is padded in a batch. " + (
+            "Does forward apply valid_lens (no query may see a key at or past its row's length), and is padding on "
+            "the right?" if causal else "The model is not causal (see quality): with valid_lens, a query sees later "
+            "tokens, padding included"))
     prompts = _prompts(stories)
     n, P = NEW_TOKENS, len(prompts)
     try:
@@ -335,7 +341,7 @@ def _decoding(model: nn.Module, stories: list[Story]) -> tuple[float, str]:
          "decode differently in a batch than alone. Look at where each prompt's next token sits (its own length, "
          "not the longest prompt's), which side the prompts are padded on, and whether the cache's padding slots "
          "stay hidden"),
-        ("cache", one_by_one, uncached, "decoding with the KV cache gives the same tokens as without it",
+        ("cache", cached, uncached, "decoding with the KV cache gives the same tokens as without it",
          "decode differently with the cache than without. Look at the cached step: the position it gives the token "
          "it feeds (its rotary angle, and where its keys and values go), the mask of a query over the cached keys, "
          "and whether the cache keeps every key and value so far"),
@@ -361,8 +367,9 @@ def _causality(model: nn.Module, stories: list[Story]) -> str | None:
     for what, x, x_lens in cases:
         before = _logits(model, x, x_lens)
         for t in (1, 4, 9, int(lens.min()) - 1):
-            changed = x.clone()
-            changed[:, t:] = torch.randint(0, V, changed[:, t:].shape, generator=g)
+            later = torch.arange(x.shape[1]) >= t  # (L,): with valid_lens, the real tokens only (padding: decoding)
+            later = later & (torch.arange(x.shape[1]) < x_lens[:, None]) if x_lens is not None else later.expand_as(x)
+            changed = torch.where(later, torch.randint(0, V, x.shape, generator=g), x)  # (B, L)
             after = _logits(model, changed, x_lens)
             if not torch.allclose(after[:, :t], before[:, :t], atol=_TOLERANCE):
                 return (f"not causal: changing the tokens from position {t} on changes the logits at earlier "
@@ -452,8 +459,9 @@ def _reported_weights(model: nn.Module, ids: Tensor, lens: Tensor, logits: Tenso
     sums = weights.sum(-1).permute(0, 3, 1, 2)[real]  # (B, N, H, L) -> (B, L, N, H) -> (real, N, H)
     future = weights.triu(diagonal=1).abs().amax()
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-3) or float(future) > 1e-6:
-        raise _Broken("need_weights does not report the weights the model uses: a real query's weights must sum "
-                      "to 1 over its keys and be 0 on later keys")
+        raise _Broken("the weights need_weights reports are not a causal model's: a real query's weights must sum "
+                      "to 1 over its keys and be 0 on later keys. Either the model is not causal (the quality part "
+                      "checks), or need_weights reports other weights than the forward pass uses")
     return weights
 
 
