@@ -400,7 +400,7 @@ def encode_stories(tokenizer: Tokenizer, stories: Sequence[Story]) -> tuple[Tens
 
 
 @torch.no_grad()
-def next_token_losses(model: StoryLM, ids: Tensor, valid_lens: Tensor, head_mask: Tensor | None = None) -> Tensor:
+def next_token_losses(model: nn.Module, ids: Tensor, valid_lens: Tensor, head_mask: Tensor | None = None) -> Tensor:
     """Cross-entropy of every token given the tokens before it (eval mode).
 
     Shapes:
@@ -408,7 +408,7 @@ def next_token_losses(model: StoryLM, ids: Tensor, valid_lens: Tensor, head_mask
         returns: (B, L) float, entry ``[b, i]`` the loss of token i (nats); NaN at i = 0 and
         at padding, where nothing is predicted.
     """
-    device = model_device(check_model(model))  # (the data goes where the model is)
+    device = model_device(check_model(model, interface=True))  # (the data goes where the model is)
     ids, valid_lens = (check_not_meta(x, n).to(device) if isinstance(x, Tensor) else x for x, n in ((ids, "ids"), (valid_lens, "valid_lens")))
     with eval_mode(model):
         logits = model(ids, valid_lens, head_mask=head_mask)  # (B, L, V)
@@ -420,17 +420,17 @@ def next_token_losses(model: StoryLM, ids: Tensor, valid_lens: Tensor, head_mask
     return out.masked_fill(padding, float("nan"))
 
 
-def check_model(model: object) -> StoryLM:
-    """``model`` if it is a :class:`StoryLM` that reads the stories' vocabulary, else a ValueError."""
-    V = Tokenizer().vocab_size
-    if not isinstance(model, StoryLM) or model.config.vocab_size != V:
-        got = f"vocab_size {model.config.vocab_size}" if isinstance(model, StoryLM) else type(model).__name__
-        raise ValueError(f"model must be a StoryLM of the stories' vocab_size {V}, got {got}")
+def check_model(model: object, *, interface: bool = False) -> StoryLM:
+    """``model`` if it is a :class:`StoryLM` (with ``interface``: any nn.Module with its interface, config's num_layers,
+    num_heads, vocab_size, as chapter 12b's) that reads the stories' vocabulary, else a ValueError."""
+    V, sizes = Tokenizer().vocab_size, [getattr(getattr(model, "config", None), n, None) for n in ("num_layers", "num_heads", "vocab_size")]
+    if not isinstance(model, nn.Module if interface else StoryLM) or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes) or sizes[2] != V:
+        raise ValueError(f"model must be a StoryLM{', or a module with its interface,' if interface else ''} of the stories' vocab_size {V} (config sizes num_layers, num_heads, vocab_size), got {type(model).__name__} with {sizes}")
     return model
 
 
 @torch.no_grad()
-def evaluate(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | None = None) -> dict[str, float]:
+def evaluate(model: nn.Module, stories: Sequence[Story], head_mask: Tensor | None = None) -> dict[str, float]:
     """Mean loss (nats per predicted token) and, per relation, the accuracy at its linked tokens.
 
     Returns:
@@ -438,7 +438,7 @@ def evaluate(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | None 
         the fraction of linked tokens ``i`` that are the model's most likely token after ``0 .. i-1``.
     """
     stories = check_stories(stories, predict=True)
-    ids, lens = to_device(encode_stories(Tokenizer(), stories), model_device(check_model(model)))
+    ids, lens = to_device(encode_stories(Tokenizer(), stories), model_device(check_model(model, interface=True)))
     with eval_mode(model):
         logits = model(ids, lens, head_mask=head_mask)  # (B, L, V)
     losses = next_token_losses(model, ids, lens, head_mask)  # (B, L)
@@ -501,7 +501,7 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True,
     history = train_loop(
         model, _batch_loss, _batches(config, tokenizer), optimizer, steps=config.steps,
         schedule=lambda step: warmup_cosine(step, warmup=config.warmup, steps=config.steps),
-        evaluate=lambda m: _held_out_metrics(m, held_out) if isinstance(m, StoryLM) else {}, eval_every=config.eval_every,
+        evaluate=lambda m: _held_out_metrics(m, held_out), eval_every=config.eval_every,
         num_threads=config.num_threads, progress=progress,
     )
     history["vocab"] = list(tokenizer.vocab)

@@ -26,12 +26,12 @@ import numbers
 from typing import NamedTuple, Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int, check_tensor
 from mha_lib._modes import eval_mode
 from mha_lib.importance import head_gates
-from mha_lib.lm import StoryLM, check_model, encode_stories, next_token_losses
+from mha_lib.lm import check_model, encode_stories, next_token_losses
 from mha_lib.stories import RELATIONS, Story, Tokenizer, check_stories, link_mask
 from mha_lib.training import model_device, to_device
 
@@ -92,14 +92,14 @@ def link_weights(weights: Tensor, stories: Sequence[Story], relation: str) -> Te
 
 
 @torch.no_grad()
-def _weights(model: StoryLM, stories: Sequence[Story]) -> Tensor:
-    ids, lens = to_device(encode_stories(Tokenizer(), stories), model_device(check_model(model)))
+def _weights(model: nn.Module, stories: Sequence[Story]) -> Tensor:
+    ids, lens = to_device(encode_stories(Tokenizer(), stories), model_device(check_model(model, interface=True)))
     with eval_mode(model):
         _, weights = model(ids, lens, need_weights=True)  # (B, N, H, L, L)
     return weights
 
 
-def find_heads(model: StoryLM, stories: Sequence[Story]) -> dict[str, _HeadFinding]:
+def find_heads(model: nn.Module, stories: Sequence[Story]) -> dict[str, _HeadFinding]:
     """For each relation, the (layer, head, offset) with the most mean weight on its links."""
     stories = check_stories(stories)
     weights = _weights(model, stories)
@@ -114,7 +114,7 @@ def find_heads(model: StoryLM, stories: Sequence[Story]) -> dict[str, _HeadFindi
     return found
 
 
-def _link_losses(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | None = None) -> dict[str, float]:
+def _link_losses(model: nn.Module, stories: Sequence[Story], head_mask: Tensor | None = None) -> dict[str, float]:
     """Mean loss (nats) at each relation's linked tokens, and at every other predicted token.
 
     Returns:
@@ -133,7 +133,7 @@ def _link_losses(model: StoryLM, stories: Sequence[Story], head_mask: Tensor | N
     return result
 
 
-def ablate(model: StoryLM, stories: Sequence[Story], heads: dict[str, _HeadFinding] | None = None) -> dict[str, dict[str, float]]:
+def ablate(model: nn.Module, stories: Sequence[Story], heads: dict[str, _HeadFinding] | None = None) -> dict[str, dict[str, float]]:
     """Gate off each relation's head and measure the losses again.
 
     Args:
@@ -144,12 +144,12 @@ def ablate(model: StoryLM, stories: Sequence[Story], heads: dict[str, _HeadFindi
         as in :func:`_link_losses`: the relation's own linked tokens, and every token no relation links.
     """
     stories = check_stories(stories, predict=True)
-    shape = (check_model(model).config.num_layers, model.config.num_heads)
+    shape = (check_model(model, interface=True).config.num_layers, model.config.num_heads)
     heads = find_heads(model, stories) if heads is None else _check_heads(heads, shape)
     before = _link_losses(model, stories)
     result = {}
     for relation, found in heads.items():
-        after = _link_losses(model, stories, head_gates(shape, [(found.layer, found.head)]))
+        after = _link_losses(model, stories, head_gates(shape, [tuple(found[:2])]))  # (layer, head, ...)
         result[relation] = {"linked": (before[relation], after[relation]), "rest": (before["rest"], after["rest"])}
     return result
 

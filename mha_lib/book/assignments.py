@@ -14,10 +14,10 @@ code cell right after ``{solution-end}`` (a checker call or ``assert``\\ s). It 
 * on the test cell: an nbgrader *autograded test*, id ``<label>-test``, 1 point;
 * for an exercise without a test: its first prose cell (or first code cell) becomes a
   *manually graded answer* worth 1 point, id ``<label>-written``;
-* the capstone's hand-in, a test cell ``grade(model, roles, parts=parts)``, is worth the
-  rubric's points (:data:`mha_lib.exercises.capstone.POINTS`), its score the cell's last value;
-  the course source adds a hidden cell that grades the same hand-in on stories of another
-  odd seed (``build --capstone-seed``), id ``<label>-hidden``, which the release does not contain.
+* the capstone's hand-in, a test cell ``grade(model, roles, parts=parts)``, is the student's self-check
+  (0 points, as every test cell of its chapter): the course source adds a hidden cell, id ``<label>-hidden``,
+  worth the rubric's points (:data:`mha_lib.exercises.capstone.POINTS`), each part once, that grades the saved
+  hand-in file (``capstone.HAND_IN``) on stories of an odd seed no student has (``build --capstone-seed``).
 
 Whole cells are marked, so no ``### BEGIN SOLUTION`` appears in the chapters or on the website.
 Running it again gives the same notebooks (points an author changed are kept).
@@ -117,6 +117,10 @@ def _is_test(cell) -> bool:
         or re.search(r"^\s*assert\b", cell.source, re.MULTILINE))
 
 
+def _is_capstone(nb) -> bool:
+    return any(c.cell_type == "code" and CAPSTONE_CALL.search(c.source) for c in nb.cells)
+
+
 def _capstone_points() -> int:
     from mha_lib.exercises.capstone import POINTS
 
@@ -185,11 +189,10 @@ def mark_notebook(nb) -> int:
         for n, i in enumerate(ex.code):
             nb.cells[i].metadata["nbgrader"] = _meta(
                 f"{ex.label}-answer" + (f"-{n + 1}" if n else ""), solution=True, grade=False)
-        if ex.test is not None:
+        if ex.test is not None:  # in the capstone, the hidden grade counts every part once: 0 points here
             grade_id = f"{ex.label}-test"
-            default = _capstone_points() if CAPSTONE_CALL.search(nb.cells[ex.test].source) else 1
             nb.cells[ex.test].metadata["nbgrader"] = _meta(
-                grade_id, solution=False, grade=True, points=points.get(grade_id, default))
+                grade_id, solution=False, grade=True, points=0 if _is_capstone(nb) else points.get(grade_id, 1))
         elif ex.prose or ex.code:
             grade_id = f"{ex.label}-written"
             target = ex.prose[0] if ex.prose else ex.code[0]
@@ -382,9 +385,10 @@ def capstone_hidden_cell(call: re.Match, grade_id: str, seed: int):
     source = "\n".join([
         "# Hidden tests, run by the grader: the same rubric on stories the release does not contain.",
         "### BEGIN HIDDEN TESTS",
-        "from mha_lib.exercises.capstone import grade as hidden_grade",
+        "from mha_lib.exercises.capstone import HAND_IN, grade as hidden_grade, load_hand_in as hidden_load",
         "",
-        f"hidden_report = hidden_grade({model}, {roles}, parts={parts}, seed={seed})",
+        f"hidden_model, hidden_roles = hidden_load(HAND_IN, type({model}))  # the file handed in, not retrained",
+        f"hidden_report = hidden_grade(hidden_model, hidden_roles, parts={parts}, seed={seed})",
         "print(hidden_report)",
         "hidden_report.points",
         "### END HIDDEN TESTS",
@@ -416,8 +420,10 @@ def source_notebook(nb, capstone_seed: int = CAPSTONE_HIDDEN_SEED):
     kept_inside |= {i for ex in exercises for i in range(ex.start, ex.end + 1)
                     if "nbgrader" in nb.cells[i].metadata}  # the written answers
     tests = {ex.test: ex for ex in exercises if ex.test is not None}
-    cells = [nbformat.v4.new_markdown_cell(INTRO)]
+    cells, capstone_chapter = [nbformat.v4.new_markdown_cell(INTRO)], _is_capstone(nb)
     for i, cell in enumerate(nb.cells):
+        if capstone_chapter and "remove-cell" in cell.metadata.get("tags", []):
+            continue  # the book's own checks (asserts): the hidden grade checks the student's work
         if i in inside and i not in kept_inside and not (
                 cell.cell_type == "markdown" and i in (ex.start for ex in exercises)):
             continue  # solution prose and untagged code: the answer key stays in the chapter
@@ -437,7 +443,7 @@ def source_notebook(nb, capstone_seed: int = CAPSTONE_HIDDEN_SEED):
         cells.append(cell)
         if i in tests:
             call = _checker_call(cell)
-            if call is not None:
+            if call is not None and not capstone_chapter:  # (the capstone's grade holds the checkers)
                 cells.append(partial_credit_cell(*call, grade_id=f"{tests[i].label}-mistakes"))
             capstone = CAPSTONE_CALL.search(cell.source)
             if capstone is not None:

@@ -12,7 +12,9 @@ model, finds the head that does each role, and hands in ``(layer, head)`` per ro
     print(report)                          # role by role, what the head does
     report.points                          # out of report.max_points
 
-No answer key ships: :func:`grade` measures every head at grading time. A role's points
+No answer key ships: :func:`grade` measures every head at grading time, on data of its own
+``seed`` (odd; a class's autograder passes one no student has), not on the chapters' held-out
+data a student measures on. A role's points
 (:data:`POINTS_PER_ROLE`) need both halves of the evidence:
 
 * **pattern**: the named head puts at least :data:`MIN_PATTERN` of its attention where the
@@ -21,8 +23,11 @@ No answer key ships: :func:`grade` measures every head at grading time. A role's
   least :data:`MIN_RISE` nats and at least :data:`RIVAL_SHARE` of the largest rise of any head
   with that pattern.
 
-A third number per role, the predicted rise of the loss, earns :data:`BONUS_PER_ROLE` when the
-head is right and the prediction is within :data:`BONUS_TOLERANCE` nats of the measured rise.
+A third number per role, the rise of the loss the student predicts before measuring it (from
+the weights alone: how much of the role's work the head's attention carries), earns
+:data:`BONUS_PER_ROLE` when the head is right and the prediction is within
+:data:`BONUS_TOLERANCE` nats of the rise measured on the grader's data. Each family's rise is
+defined in :data:`MEASURES`.
 
 Shape legend
     B   examples; L padded length; N layers; H heads per layer
@@ -77,7 +82,8 @@ BONUS_PER_ROLE = 1
 BONUS_TOLERANCE = 0.2
 """A predicted rise within this many nats of the measured one earns the bonus."""
 GRADE_SEED = 3521
-"""Seed of the graded examples (odd: the story models trained on even seeds only)."""
+"""Seed of the graded examples by default (odd: the story models trained on even seeds only; the
+digit and induction models' held-out data have seeds of their own, so no chapter measures on these)."""
 
 PATTERNS = {
     "previous": "query i on key i - 1 (the previous digit)",
@@ -91,11 +97,12 @@ PATTERNS = {
 }
 """What each role's head attends to."""
 MEASURES = {
-    "digits": "the task's loss on 1000 held-out examples",
-    "induction": "the loss on the repeated half of 256 held-out sequences",
-    "lm": "the loss at the relation's linked tokens less the loss at the unlinked tokens, 300 new stories",
+    "digits": "rise = the task's loss with the head gated off - without (raw), on 1000 new examples",
+    "induction": "rise = the loss on the repeated half with the head gated off - without (raw), on 256 new sequences",
+    "lm": "rise = (loss at the relation's links, gated off - before) - (the same at the unlinked tokens), "
+          "on 300 new stories",
 }
-"""The loss each experiment's roles are measured by (its rise when a head is gated off)."""
+"""How each experiment's rise is measured when a head is gated off (on the grader's own data)."""
 
 
 class _Challenge(NamedTuple):
@@ -161,8 +168,9 @@ def _on_keys(weights: Tensor, keys: Tensor) -> Tensor:
     return on.permute(0, 3, 1, 2)[has].mean(dim=0)  # (B, L, N, H) -> (queries, N, H) -> (N, H)
 
 
-def _digit_measures(model: digits.DigitAttentionModel) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    batch = digits.held_out_set(1000, max_len=model.config.max_len)
+def _digit_measures(model: digits.DigitAttentionModel, seed: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    max_len = model.config.max_len  # (the task's shortest example has 4 digits)
+    batch = digits.make_batch(1000, generator=torch.Generator().manual_seed(seed), max_len=max_len, min_len=min(4, max_len))
     H = model.num_heads
     with torch.no_grad():
         _, weights = model(batch.tokens, batch.valid_lens, need_weights=True)  # (B, H, L, L)
@@ -179,8 +187,9 @@ def _digit_measures(model: digits.DigitAttentionModel) -> tuple[dict[str, Tensor
     return patterns, {role: rises for role in patterns}
 
 
-def _induction_measures(model: induction.AttentionOnlyTransformer) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    tokens = induction.held_out_tokens(256, induction.EVAL_HALF_LEN, model.config.vocab_size)  # (B, L)
+def _induction_measures(model: induction.AttentionOnlyTransformer, seed: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    tokens = induction.make_repeated_batch(256, induction.EVAL_HALF_LEN, model.config.vocab_size,
+                                           torch.Generator().manual_seed(seed))  # (B, L)
     shape = (model.num_layers, model.num_heads)
     with torch.no_grad():
         _, weights = model(tokens, need_weights=True)  # (B, N, H, L, L)
@@ -197,8 +206,8 @@ def _induction_measures(model: induction.AttentionOnlyTransformer) -> tuple[dict
     return patterns, {role: rises for role in patterns}
 
 
-def _story_measures(model: lm.StoryLM) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    stories = sample_stories(300, GRADE_SEED)
+def _story_measures(model: lm.StoryLM, seed: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    stories = sample_stories(300, seed)
     shape = (model.config.num_layers, model.config.num_heads)
     ids, lens = lm.encode_stories(lm.Tokenizer(), stories)
     with torch.no_grad():
@@ -217,15 +226,16 @@ def _story_measures(model: lm.StoryLM) -> tuple[dict[str, Tensor], dict[str, Ten
 
 
 @functools.lru_cache(maxsize=None)
-def _measured(name: str) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    """Each role's (N, H) pattern scores and loss rises: where each head looks, and what gating it off costs."""
+def _measured(name: str, seed: int = GRADE_SEED) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """Each role's (N, H) pattern scores and loss rises on data of ``seed``: where each head looks,
+    and what gating it off costs."""
     model = load(name)
     experiment = CHALLENGES[name].experiment
     if experiment == "digits":
-        return _digit_measures(model)
+        return _digit_measures(model, seed)
     if experiment == "induction":
-        return _induction_measures(model)
-    return _story_measures(model)
+        return _induction_measures(model, seed)
+    return _story_measures(model, seed)
 
 
 # --- the grade ------------------------------------------------------------------------------------
@@ -293,13 +303,15 @@ def _grade_role(role: str, entry: tuple | None, pattern: Tensor, rise: Tensor) -
     return points, "; ".join(notes)
 
 
-def grade(name: str, answer: dict[str, tuple]) -> FindTheHeadReport:
+def grade(name: str, answer: dict[str, tuple], *, seed: int = GRADE_SEED) -> FindTheHeadReport:
     """Grade the heads named for each role of a challenge, by measuring them now.
 
     Args:
         name: a key of :data:`CHALLENGES`.
         answer: role -> ``(layer, head)``, or ``(layer, head, predicted rise)`` for the bonus;
             a role left out earns nothing.
+        seed: the seed of the data the heads are measured on (odd; a class's autograder passes
+            one no student has).
 
     Returns:
         a :class:`FindTheHeadReport`; ``print(report)`` gives the feedback. Every role is worth
@@ -309,7 +321,9 @@ def grade(name: str, answer: dict[str, tuple]) -> FindTheHeadReport:
         ValueError: an unknown name or role, a malformed entry, or a head the model does not have.
     """
     answer = _check_answer(_check_name(name), answer)
-    patterns, rises = _measured(name)  # every head, measured now (and kept for the next answer)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0 or seed % 2 == 0:
+        raise ValueError(f"seed must be an odd integer >= 0 (even seeds are training seeds), got {seed!r}")
+    patterns, rises = _measured(name, int(seed))  # every head, measured now (and kept for the next answer)
     report = FindTheHeadReport(name=name)
     for role in CHALLENGES[name].roles:
         points, message = _grade_role(role, answer.get(role), patterns[role], rises[role])

@@ -67,7 +67,7 @@ def _induction_heads(model: induction.AttentionOnlyTransformer) -> tuple[dict, T
 
 
 def _story_heads(model: lm.StoryLM) -> tuple[dict, dict]:
-    stories = sample_stories(300, fth.GRADE_SEED)
+    stories = lm.held_out_stories(300)  # the student's stories (seed 1), not the grader's
     ids, lens = lm.encode_stories(lm.Tokenizer(), stories)
     N, H = model.config.num_layers, model.config.num_heads
     masks = {r: link_mask(stories, r, tuple(ids.shape)) for r in RELATIONS}
@@ -129,6 +129,15 @@ def test_a_permuted_answer_scores_under_half(independent, name):
     assert report.points < report.max_points / 2, str(report)
     without_predictions = fth.grade(name, {role: a[:2] for role, a in answer.items()})
     assert without_predictions.points == 2 * len(roles)
+
+
+def test_the_grader_measures_on_its_own_data_and_rejects_a_training_seed(independent):
+    name = "digits-h4"
+    assert not torch.equal(fth._measured(name, 3)[1]["last"], fth._measured(name)[1]["last"])
+    assert fth.grade(name, {r: a[:2] for r, a in independent[name].items()}, seed=3).points == 4
+    for seed in (2, -1, True):
+        with pytest.raises(ValueError, match="seed must be an odd integer"):
+            fth.grade(name, {}, seed=seed)
 
 
 def test_the_roles_sit_in_different_places(independent):
