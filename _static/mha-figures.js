@@ -540,15 +540,43 @@
 
   // --- data ------------------------------------------------------------------------------
   var TRACE_COLORS = [["line", "color"], ["marker", "color"]];
+  function readable(pal) {  // the least CIELAB lightness with 3:1 contrast on the background
+    var lo = 0, hi = 100;
+    for (var i = 0; i < 30; i++) {
+      var mid = (lo + hi) / 2;
+      if (contrast(finv((mid + 16) / 116), pal.bgY) < MIN_CONTRAST) lo = mid; else hi = mid;
+    }
+    return hi;
+  }
+  function neutral(c) { var l = lab(c); return Math.sqrt(l[1] * l[1] + l[2] * l[2]) < 6; }
   window.mhaDarkData = function (data) {
-    var pal = palette(), darkest = null;
+    // Black and greys (a reference line, e.g. "full cache") are inverted as the chrome is: black
+    // becomes the theme's text colour, not a dim grey; the colours of the data are lightened.
+    var pal = palette(), darkest = null, greys = false;
     (data || []).forEach(function (trace) {
       TRACE_COLORS.forEach(function (path) {
         var c = trace[path[0]] && rgba(trace[path[0]][path[1]]);
-        if (c && c[3] > 0 && (darkest === null || lab(c)[0] < darkest)) darkest = lab(c)[0];
+        if (c && neutral(c)) greys = true;
+        else if (c && c[3] > 0 && (darkest === null || lab(c)[0] < darkest)) darkest = lab(c)[0];
       });
     });
-    if (darkest === null) return data;
+    if (greys) {
+      data = data.map(function (trace) {
+        var copy = Object.assign({}, trace);
+        TRACE_COLORS.forEach(function (path) {
+          var c = trace[path[0]] && rgba(trace[path[0]][path[1]]);
+          if (!c || !neutral(c)) return;
+          var part = {}, l = lab(rgba(invert(trace[path[0]][path[1]], pal)));
+          part[path[1]] = fromLab(Math.max(l[0], readable(pal)), l[1], l[2], c[3]);  // 3:1 at least
+          copy[path[0]] = Object.assign({}, trace[path[0]], part);
+        });
+        return copy;
+      });
+    }
+    if (darkest === null) {
+      if (greys) themed.add(data);
+      return data;
+    }
     var lo = darkest, hi = 100;  // bisect the lightness at which the darkest reaches 3:1
     for (var i = 0; i < 30; i++) {
       var mid = (lo + hi) / 2;
@@ -560,7 +588,7 @@
       var copy = Object.assign({}, trace);
       TRACE_COLORS.forEach(function (path) {
         var c = trace[path[0]] && rgba(trace[path[0]][path[1]]);
-        if (!c) return;
+        if (!c || neutral(c)) return;  // (already inverted above)
         var l = lab(c), part = {};
         part[path[1]] = fromLab(l[0] + k * (100 - l[0]), l[1], l[2], c[3]);
         copy[path[0]] = Object.assign({}, trace[path[0]], part);
