@@ -60,7 +60,7 @@ _BLOCKS_JS = """
 _TABLES_JS = """
 () => {
   const pipes = [], broken = [];
-  const separator = /^\\s*\\|?\\s*:?-{3,}:?\\s*(\\|\\s*:?-{3,}:?\\s*)+\\|?\\s*$/m;
+  const separator = /\\|\\s*:?-{3,}:?\\s*\\|/;  // "| --- |": a Markdown table's rule
   for (const el of document.querySelectorAll(".bd-article p, .bd-article .cell_output, .bd-article .output")) {
     if (el.closest(".cell_input, div.highlight") || el.querySelector("table")) continue;
     if (separator.test(el.innerText || "")) pipes.push((el.innerText || "").trim().slice(0, 60));
