@@ -8,6 +8,10 @@
  * figure's own phone axes from layout.meta.narrow_axes (e.g. fewer tick labels) on top. Crossing
  * the threshold (rotating the phone, resizing the window) redraws with the other layout.
  *
+ * Controls: a figure's own sliders and menus (layout.sliders, layout.updatemenus, which plotly
+ * draws in SVG, out of reach of Tab) are replaced by the book's HTML controls above the figure
+ * (figureControls below: range inputs, toggle buttons, selects; sticky, labelled, keyboard).
+ *
  * Dark mode (the theme's <html data-theme="dark">): every figure drawn on the page, by mhaPlot
  * or by the kernel-free explorers' own Plotly.react calls, is drawn with dark colours, and
  * redrawn when the reader switches the theme. The figure code describes the light figure only;
