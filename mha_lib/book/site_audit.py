@@ -214,6 +214,7 @@ def _pages_report(browser, base: str, site: Path, name: str, viewport: dict) -> 
     for path in _pages(site):
         context = browser.new_context(viewport=viewport, is_mobile=phone, has_touch=phone)
         page = context.new_page()
+        page.set_default_timeout(120_000)  # a loaded machine
         sizes: dict[str, int] = {}
         page.on("requestfinished", lambda r: sizes.__setitem__(r.url, r.sizes()["responseBodySize"]))
         page.goto(base + path, wait_until="load")
@@ -248,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             phone = name == "phone"
             context = browser.new_context(viewport=viewport, is_mobile=phone, has_touch=phone)
             page = context.new_page()
+            page.set_default_timeout(120_000)
             if "pages" in only:
                 _pages_report(browser, base, args.site, name, viewport)
             if "blocks" in only:
