@@ -141,7 +141,8 @@ LESSONS: dict[str, _Lesson] = {
               "shrinks by exactly H / Hkv. On chapter 12's story model (1500 steps, 10^5 parameters, "
               "learning rate 0.006, eight seeds) one key/value head per layer lost the possession "
               "relation on most seeds, and with it held-out loss; pronouns it learns as well. Counts "
-              "of seeds, not a law: the relation is learned in a jump or not at all.",
+              "of seeds, not a law: the relation is learned in a jump, and with twice the steps "
+              "(chapter 12c's mla_long, two seeds) one head learned it too: a cost in speed.",
         change="a task where one key/value head must serve several lookups (`kv_story`)",
         threat=_kv),
     "output": _Lesson(
