@@ -26,7 +26,8 @@ data a student measures on. A role's points
 A third number per role, the rise of the loss the student predicts before measuring it (from
 the weights alone: how much of the role's work the head's attention carries), earns
 :data:`BONUS_PER_ROLE` when the head is right and the prediction is within
-:data:`BONUS_TOLERANCE` nats of the rise measured on the grader's data. Each family's rise is
+:data:`BONUS_TOLERANCE` nats (or :data:`BONUS_SHARE` of it) of the rise measured on the
+grader's data. Each family's rise is
 defined in :data:`MEASURES`.
 
 Shape legend
@@ -54,6 +55,7 @@ from mha_lib.training import load_checkpoint
 
 __all__ = [
     "BONUS_PER_ROLE",
+    "BONUS_SHARE",
     "BONUS_TOLERANCE",
     "CHALLENGES",
     "DATA_DIR",
@@ -80,7 +82,11 @@ RIVAL_SHARE = 0.5
 POINTS_PER_ROLE = 2
 BONUS_PER_ROLE = 1
 BONUS_TOLERANCE = 0.2
-"""A predicted rise within this many nats of the measured one earns the bonus."""
+"""A predicted rise within this many nats of the measured one earns the bonus (or within
+:data:`BONUS_SHARE` of the measured rise, where that is more)."""
+BONUS_SHARE = 0.1
+"""The bonus's tolerance as a share of the measured rise: a rise of several nats measured on the
+grader's stories moves by more than 0.2 nats from the student's stories."""
 GRADE_SEED = 3521
 """Seed of the graded examples by default (odd: the story models trained on even seeds only; the
 digit and induction models' held-out data have seeds of their own, so no chapter measures on these)."""
@@ -295,8 +301,9 @@ def _grade_role(role: str, entry: tuple | None, pattern: Tensor, rise: Tensor) -
                                    "that looks there: another head does more of this work)")]
     points = float(POINTS_PER_ROLE) if pattern_ok and rise_ok else 0.0
     if len(entry) == 3:
-        close = abs(float(entry[2]) - float(rise[n, h])) <= BONUS_TOLERANCE
-        verdict = (f"{'within' if close else 'not within'} {BONUS_TOLERANCE} nats" if points
+        tolerance = max(BONUS_TOLERANCE, BONUS_SHARE * abs(float(rise[n, h])))
+        close = abs(float(entry[2]) - float(rise[n, h])) <= tolerance
+        verdict = (f"{'within' if close else 'not within'} {tolerance:.2f} nats" if points
                    else "no bonus for a wrong head")
         notes.append(f"you predicted {float(entry[2]):+.2f}: {verdict}")
         points += BONUS_PER_ROLE * (close and points > 0)
