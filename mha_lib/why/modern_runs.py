@@ -33,7 +33,7 @@ from mha_lib.why._common import Outcome, parameter_count, summarise_curve
 from mha_lib.why.results import LEARNED
 
 __all__ = ["CACHES", "GATE_LRS", "gated_lr_trial", "gated_trial", "learned_at", "link_curves", "mla_long_trial",
-           "mla_trial", "output_story_trial", "replace_attention", "reused_seconds", "sinks_trial", "story_config", "story_run"]
+           "mla_trial", "output_story_trial", "reused_seconds", "sinks_trial", "story_config", "story_run"]
 
 #: The caches of the sinks experiment: name -> (window, num_sinks); None: the full cache.
 CACHES = {"full cache": (None, 0), "window 8": (8, 0), "window 8 + first 4": (8, 4),
@@ -110,7 +110,7 @@ def story_run(config: Config, kind: str = "", change: Callable[[StoryLM], None] 
     return _RUNS[key]
 
 
-def replace_attention(seed: int, build: Callable[[], nn.Module]) -> Callable[[StoryLM], None]:
+def _replace_attention(seed: int, build: Callable[[], nn.Module]) -> Callable[[StoryLM], None]:
     """A ``change`` for :func:`story_run`: every block's attention replaced by ``build()`` (from a
     generator of their own, seeded by ``seed``); the weights the layers share (W_q, W_o, ...)
     copied from the plain model's, the rest kept as built."""
@@ -179,7 +179,7 @@ def _gated(seed: int, config: Config, gate: str, opened: bool = False) -> Callab
             with torch.no_grad():
                 layer.gate.bias.fill_(_OPEN_GATE)
         return layer
-    return replace_attention(seed, build)
+    return _replace_attention(seed, build)
 
 
 def mla_trial(seed: int, steps: int) -> dict[str, Outcome]:
@@ -199,7 +199,7 @@ def _kv_and_latent(seed: int, steps: int, kv_heads: tuple[int, ...], ranks: tupl
     config = story_config(seed, steps)
     D, H = config.d_model, config.num_heads
     for rank in ranks:
-        change = replace_attention(seed, lambda: LatentAttention(D, D, D, D, H, 0.0, bias=True, rank=rank, rope=True))
+        change = _replace_attention(seed, lambda: LatentAttention(D, D, D, D, H, 0.0, bias=True, rank=rank, rope=True))
         outcome = _trained(config, f"latent {rank}", change)
         outcome.metrics["cache_numbers_per_token"] = float(rank)
         outcomes[f"MLA (r={rank})"] = outcome
