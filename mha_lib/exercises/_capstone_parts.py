@@ -91,10 +91,11 @@ def _head_mask(layer: nn.Module, x: Tensor) -> str | None:
     lens = _causal_lens(0, x.shape[1])
 
     def gated(*gates: float) -> Tensor:
-        return _run(layer, x, lens, positions=torch.arange(x.shape[1]), head_mask=torch.tensor(gates))
+        return _run(layer, x, lens, positions=torch.arange(x.shape[1], device=x.device),
+                    head_mask=torch.tensor(gates, device=x.device))
 
     full = gated(*[1.0] * _H)
-    if not _close(_run(layer, x, lens, positions=torch.arange(x.shape[1])), full):
+    if not _close(_run(layer, x, lens, positions=torch.arange(x.shape[1], device=x.device)), full):
         return "head_mask=None must keep every head, as gates of 1 do"
     none = gated(*[0.0] * _H)
     if not _close(none, none[:1, :1].expand_as(none)):
@@ -111,7 +112,7 @@ def _head_mask(layer: nn.Module, x: Tensor) -> str | None:
 
 def _cached_step(layer: nn.Module, x: Tensor) -> str | None:
     L = x.shape[1]
-    full = _run(layer, x, _causal_lens(0, L), positions=torch.arange(L))
+    full = _run(layer, x, _causal_lens(0, L), positions=torch.arange(L, device=x.device))
     for prefix in (1, 5, 17, 24, 25, 33):
         cache: dict = {}
         parts = [_run(layer, x[:, :prefix], _causal_lens(0, prefix), positions=torch.arange(prefix), cache=cache)]
@@ -131,8 +132,8 @@ def _cached_step(layer: nn.Module, x: Tensor) -> str | None:
 def _rotary_inside(attention_class: Callable, layer: nn.Module, x: Tensor) -> str | None:
     L = x.shape[1]
     lens = _causal_lens(0, L)
-    out = _run(layer, x, lens, positions=torch.arange(L))
-    if not _close(_run(layer, x, lens, positions=torch.arange(L) + 7), out):
+    out = _run(layer, x, lens, positions=torch.arange(L, device=x.device))
+    if not _close(_run(layer, x, lens, positions=torch.arange(L, device=x.device) + 7), out):
         return ("shifting every position by 7 changes the output: rotary must turn both the queries and the "
                 "keys (and nothing else, not the values), each by its own position")
     plain = _layer(attention_class, None)
@@ -144,7 +145,7 @@ def _rotary_inside(attention_class: Callable, layer: nn.Module, x: Tensor) -> st
 
 def _reported_weights(layer: nn.Module, x: Tensor) -> str | None:
     L = x.shape[1]
-    out = _run(layer, x, _causal_lens(0, L), positions=torch.arange(L))
+    out = _run(layer, x, _causal_lens(0, L), positions=torch.arange(L, device=x.device))
     weights = getattr(layer, "attention_weights", None)
     if not isinstance(weights, Tensor) or tuple(weights.shape) != (_B, _H, L, L):
         got = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
