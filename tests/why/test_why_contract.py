@@ -90,15 +90,18 @@ def test_shipped_results_cover_every_experiment_and_variant():
 
 
 def test_shipped_heads():
-    for runs in _shipped("heads").values():
+    heads = _shipped("heads")
+    for runs in heads.values():
         one = runs["H=1"]
         assert all(runs[f"H={H}"]["params"] == one["params"] for H in (2, 4, 8))
-        assert all(runs[f"H={H}"]["accuracy"] > one["accuracy"] + 0.1 for H in (2, 4))
-        assert one["accuracy"] < 0.8 and runs["H=4"]["accuracy"] > 0.97
-        # one head splits its weight; of two heads each leans to one key; of four, one finds each
+        assert all(runs[f"H={H}"]["accuracy"] > one["accuracy"] + 0.2 for H in (2, 4, 8))
+        assert one["accuracy"] < 0.8 and runs["H=4"]["accuracy"] > 0.98
+        # one head splits its weight on every seed
         assert one["previous_weight"] < 0.7 and one["last_weight"] < 0.3
-        assert min(runs["H=2"]["previous_weight"], runs["H=2"]["last_weight"]) > 0.65
-        assert min(runs["H=4"]["previous_weight"], runs["H=4"]["last_weight"]) > 0.95
+    # of two heads each leans to one key, of four one finds each: on some seeds (counts, chapter 1)
+    lean = [min(runs["H=2"]["previous_weight"], runs["H=2"]["last_weight"]) > 0.67 for runs in heads.values()]
+    find = [min(runs["H=4"]["previous_weight"], runs["H=4"]["last_weight"]) > 0.97 for runs in heads.values()]
+    assert (len(heads), sum(lean), sum(find)) == (8, 6, 4)
 
 
 def test_shipped_scale():
@@ -130,12 +133,16 @@ def test_shipped_norm():
 
 
 def test_shipped_kv_heads():
-    for runs in _shipped("kv_heads").values():
+    runs_by_seed = _shipped("kv_heads")
+    for runs in runs_by_seed.values():
         mha, gqa, mqa = runs["MHA (Hkv=4)"], runs["GQA (Hkv=2)"], runs["MQA (Hkv=1)"]
         assert mha["cache_bytes"] == 2 * gqa["cache_bytes"] == 4 * mqa["cache_bytes"] == 256
         assert mha["params"] > gqa["params"] > mqa["params"]
-        assert min(v["accuracy"] for v in runs.values()) > 0.99  # all learn it
-        assert max(v["learned_at"] for v in runs.values()) < 700  # well before the 1000 steps
+        assert min(mha["accuracy"], gqa["accuracy"]) > 0.99  # four and two learn it on every seed
+        assert max(mha["learned_at"], gqa["learned_at"]) < 700  # well before the 1000 steps
+    # one key/value head missed it within the 1000 steps on one seed of eight (chapter 10)
+    missed = [runs["MQA (Hkv=1)"]["learned_at"] > 1000 for runs in runs_by_seed.values()]
+    assert (len(missed), sum(missed)) == (8, 1)
 
 
 def test_shipped_output():
