@@ -35,7 +35,8 @@ def mha_settings(draw, self_attention=False):
     options = dict(key_size=size, query_size=size, value_size=size, d_model=st.just(D),
                    num_heads=st.just(H), dropout=st.sampled_from([0.0, 0.25]),
                    bias=st.booleans(), output_size=st.none() if self_attention else st.none() | st.integers(1, 5),
-                   score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates())
+                   score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates(),
+                   qk_norm=_qk_norms())
     assert set(options) == _fields(MultiHeadAttention)  # a new option needs a strategy here
     return MultiHeadAttention.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -45,9 +46,9 @@ def gqa_settings(draw):
     Hkv, g, half = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
     H, rope = Hkv * g, draw(st.booleans())
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), num_kv_heads=st.just(Hkv),
-                   dropout=st.sampled_from([0.0, 0.25]), bias=st.booleans(), rope=st.just(rope),
+                   dropout=st.sampled_from([0.0, 0.25]), bias=st.booleans(), rope=_ropes(rope, half),
                    score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates(),
-                   rope_scale=_rope_scales(rope))
+                   rope_scale=_rope_scales(rope), qk_norm=_qk_norms())
     assert set(options) == _fields(GroupedQueryAttention)
     return GroupedQueryAttention.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -60,8 +61,8 @@ def block_settings(draw):
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), d_ff=st.integers(1, 6),
                    dropout=st.sampled_from([0.0, 0.25]), norm_first=st.booleans(),
                    layer_norm_eps=st.sampled_from([1e-5, 1e-3]), num_kv_heads=st.just(kv),
-                   rope=st.just(rope), score_mod=_score_mods(H), sink_logits=st.booleans(),
-                   gate=_gates(), rope_scale=_rope_scales(rope))
+                   rope=_ropes(rope, half), score_mod=_score_mods(H), sink_logits=st.booleans(),
+                   gate=_gates(), rope_scale=_rope_scales(rope), qk_norm=_qk_norms())
     assert set(options) == _fields(TransformerBlock)
     return TransformerBlock.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -72,8 +73,29 @@ def _score_mods(H: int):
 
 
 def _rope_scales(rope: bool):
-    """Plain RoPE or position interpolation (a scale only with RoPE)."""
+    """Plain RoPE or position interpolation (a scale only with RoPE=True)."""
     return st.sampled_from([1.0, 0.5, 0.25]) if rope else st.just(1.0)
+
+
+def _ropes(rope: bool, half: int):
+    """No RoPE, or RoPE=True (then with a scale); as a spec, RoPE=Rope(...) of each kind is
+    drawn by the tests of tests/core/test_qk.py."""
+    return st.just(True) if rope else st.just(False)
+
+
+def _qk_norms():
+    """No QK-norm, per head, or over the width."""
+    return st.sampled_from([None, "head", "width"])
+
+
+def _perturbed(module: nn.Module) -> nn.Module:
+    """``module`` with every weight moved off its initial value (a fresh norm's weights are all
+    ones: a copy that forgot them would pass)."""
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.rand(p.shape, generator=gen, dtype=p.dtype) - 0.5)
+    return module
 
 
 def _gates():
@@ -162,9 +184,13 @@ def test_rebuild_names_an_unknown_setting():
 @settings(max_examples=40, deadline=None)
 @given(s=mha_settings(), training=st.booleans(), data=st.data())
 def test_pruning_keeps_every_option(s, training, data):
-    mha = build(MultiHeadAttention, s).train(training)
+    mha = _perturbed(build(MultiHeadAttention, s)).train(training)
     H, d, out = s.num_heads, s.d_model // s.num_heads, s.output_size or s.d_model
     removed = data.draw(st.lists(st.integers(0, H - 1), unique=True, max_size=H - 1))
+    if s.qk_norm == "width":  # (a norm over every head: no head can leave it)
+        with pytest.raises(ValueError, match="qk_norm"):
+            prune_heads(mha, removed)
+        return
     pruned = prune_heads(mha, removed)
     width = (H - len(removed)) * d
     kept = [h for h in range(H) if h not in removed]  # (ALiBi keeps the slopes of these heads)
@@ -185,7 +211,7 @@ def test_pruning_keeps_every_option(s, training, data):
 @settings(max_examples=30, deadline=None)
 @given(s=mha_settings(self_attention=True), training=st.booleans())
 def test_gqa_from_mha_keeps_every_option(s, training):
-    mha = build(MultiHeadAttention, s).train(training)
+    mha = _perturbed(build(MultiHeadAttention, s)).train(training)
     gqa = gqa_from_mha(mha, s.num_heads)
     # each option of mha: carried over by name, or a size that must equal D
     carried = {f.name: getattr(s, f.name) for f in dataclasses.fields(s)
