@@ -21,6 +21,7 @@ from mha_lib._settings import build, rebuild
 from mha_lib.block import TransformerBlock
 from mha_lib.gqa import GroupedQueryAttention, gqa_from_mha
 from mha_lib.importance import head_gates, prune_heads
+from mha_lib.positions import Rope
 from mha_lib.scores import alibi, softcap
 
 CLASSES = (MultiHeadAttention, GroupedQueryAttention, TransformerBlock)
@@ -44,11 +45,11 @@ def mha_settings(draw, self_attention=False):
 @st.composite
 def gqa_settings(draw):
     Hkv, g, half = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    H, rope = Hkv * g, draw(st.booleans())
+    H, rope = Hkv * g, draw(_ropes(half))
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), num_kv_heads=st.just(Hkv),
-                   dropout=st.sampled_from([0.0, 0.25]), bias=st.booleans(), rope=_ropes(rope, half),
+                   dropout=st.sampled_from([0.0, 0.25]), bias=st.booleans(), rope=st.just(rope),
                    score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates(),
-                   rope_scale=_rope_scales(rope), qk_norm=_qk_norms())
+                   rope_scale=_rope_scales(rope is True), qk_norm=_qk_norms())
     assert set(options) == _fields(GroupedQueryAttention)
     return GroupedQueryAttention.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -57,12 +58,12 @@ def gqa_settings(draw):
 def block_settings(draw):
     H, half = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     kv = draw(st.none() | st.sampled_from([h for h in (1, H) if H % h == 0]))
-    rope = draw(st.booleans())
+    rope = draw(_ropes(half))
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), d_ff=st.integers(1, 6),
                    dropout=st.sampled_from([0.0, 0.25]), norm_first=st.booleans(),
                    layer_norm_eps=st.sampled_from([1e-5, 1e-3]), num_kv_heads=st.just(kv),
-                   rope=_ropes(rope, half), score_mod=_score_mods(H), sink_logits=st.booleans(),
-                   gate=_gates(), rope_scale=_rope_scales(rope), qk_norm=_qk_norms())
+                   rope=st.just(rope), score_mod=_score_mods(H), sink_logits=st.booleans(),
+                   gate=_gates(), rope_scale=_rope_scales(rope is True), qk_norm=_qk_norms())
     assert set(options) == _fields(TransformerBlock)
     return TransformerBlock.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -77,10 +78,13 @@ def _rope_scales(rope: bool):
     return st.sampled_from([1.0, 0.5, 0.25]) if rope else st.just(1.0)
 
 
-def _ropes(rope: bool, half: int):
-    """No RoPE, or RoPE=True (then with a scale); as a spec, RoPE=Rope(...) of each kind is
-    drawn by the tests of tests/core/test_qk.py."""
-    return st.just(True) if rope else st.just(False)
+def _ropes(half: int):
+    """No RoPE, RoPE=True (then with a scale, drawn by _rope_scales), or a position spec of
+    each kind that fits a head of d = 2 * half features."""
+    specs = [Rope(base=500.0), Rope(scale=0.5), Rope(yarn=2.0, original_length=8)]
+    if half == 2:  # (d = 4: room for NTK and a partial rotation)
+        specs += [Rope(ntk=2.0), Rope(partial=0.5)]
+    return st.sampled_from([False, True, *specs])
 
 
 def _qk_norms():
