@@ -11,8 +11,9 @@ this order, and the cache keeps the keys after both:
 
 1. **QK-norm**: an RMSNorm of each query and key, with a learned weight: per head, over its d
    features (``qk_norm="head"``: Qwen 3, Gemma 3), or over the whole projection, H*d features
-   for the queries and Hkv*d for the keys (``"width"``: OLMo 2). Scores then cannot grow
-   without bound (Dehghani et al., 2023; Wortsman et al., 2023).
+   for the queries and Hkv*d for the keys (``"width"``: OLMo 2); or per head without a
+   weight (``"l2"``: Llama 4's L2 norm on its RoPE layers). Scores then cannot grow without
+   bound (Dehghani et al., 2023; Wortsman et al., 2023).
 2. **Positions**: a :class:`mha_lib.positions.Rope` (plain RoPE and its base, position
    interpolation, NTK-aware, YaRN, partial rotation), or none (NoPE).
 
@@ -31,8 +32,8 @@ from mha_lib.positions import Rope
 
 __all__ = ["QKTransform", "RMSNorm"]
 
-QK_NORMS = (None, "head", "width")
-"""The values of a layer's ``qk_norm``: none, per head, over the width."""
+QK_NORMS = (None, "head", "width", "l2")
+"""The values of a layer's ``qk_norm``: none, per head, over the width, per head unweighted."""
 
 
 class RMSNorm(nn.Module):
@@ -51,9 +52,7 @@ class RMSNorm(nn.Module):
         check_tensor(x, "x", tuple(range(1, 9)))
         if x.shape[-1] != self.weight.shape[0]:
             raise ValueError(f"x must have feature size {self.weight.shape[0]}, got shape {tuple(x.shape)}")
-        x32 = x.float() if x.element_size() < 4 else x
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., D)
-        return self.weight * normed.to(x.dtype)
+        return self.weight * _unweighted_rms(x, self.eps)  # (..., D)
 
 
 class QKTransform(nn.Module):
@@ -65,8 +64,9 @@ class QKTransform(nn.Module):
         returns: q, k of the same shapes
 
     Args:
-        qk_norm: ``"head"``, ``"width"`` or None (see the module); the norms are
-            ``self.q_norm``, ``self.k_norm`` (:class:`RMSNorm`, eps 1e-6), or None.
+        qk_norm: ``"head"``, ``"width"``, ``"l2"`` or None (see the module); the norms are
+            ``self.q_norm``, ``self.k_norm`` (:class:`RMSNorm`, eps 1e-6), or None (also
+            ``"l2"``: no weight).
         rope: a :class:`~mha_lib.positions.Rope`, or None (no positions here).
         num_heads, num_kv_heads, head_size: H, Hkv, d.
     """
@@ -75,21 +75,23 @@ class QKTransform(nn.Module):
                  num_kv_heads: int, head_size: int) -> None:
         super().__init__()
         if qk_norm not in QK_NORMS:
-            raise ValueError(f'qk_norm must be None, "head" or "width", got {qk_norm!r}')
+            raise ValueError(f'qk_norm must be None, "head", "width" or "l2", got {qk_norm!r}')
         if rope is not None and not isinstance(rope, Rope):
             raise ValueError(f"rope must be a mha_lib.positions.Rope or None, got {type(rope).__name__}")
         if rope is not None:
             rope.rotated(head_size)  # (checks that d fits it)
         self.qk_norm, self.rope, self.num_heads = qk_norm, rope, num_heads
-        widths = {None: (0, 0), "head": (head_size, head_size),
-                  "width": (num_heads * head_size, num_kv_heads * head_size)}[qk_norm]
-        self.q_norm = RMSNorm(widths[0]) if qk_norm else None
-        self.k_norm = RMSNorm(widths[1]) if qk_norm else None
+        widths = {"head": (head_size, head_size),  # (None and "l2": no weights)
+                  "width": (num_heads * head_size, num_kv_heads * head_size)}.get(qk_norm)
+        self.q_norm = RMSNorm(widths[0]) if widths else None
+        self.k_norm = RMSNorm(widths[1]) if widths else None
 
     def forward(self, q: Tensor, k: Tensor, q_positions: Tensor | None = None,
                 k_positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
         if self.qk_norm == "head":  # over each head's d features
             q, k = self.q_norm(q), self.k_norm(k)
+        elif self.qk_norm == "l2":  # over each head's d features, no weight (Llama 4)
+            q, k = _unweighted_rms(q), _unweighted_rms(k)
         elif self.qk_norm == "width":  # (B, H, L, d) -> (B, L, H*d) -> norm -> (B, H, L, d)
             q = split_heads(self.q_norm(merge_heads(q)), q.shape[1])
             k = split_heads(self.k_norm(merge_heads(k)), k.shape[1])
@@ -99,6 +101,12 @@ class QKTransform(nn.Module):
 
     def extra_repr(self) -> str:
         return f"qk_norm={self.qk_norm!r}, rope={self.rope!r}"
+
+
+def _unweighted_rms(x: Tensor, eps: float = 1e-6) -> Tensor:
+    """``x / sqrt(mean(x**2) + eps)`` over the last axis, in float32 at least."""
+    x32 = x.float() if x.element_size() < 4 else x
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 def _check_eps(eps: object, name: str = "eps") -> float:

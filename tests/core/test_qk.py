@@ -163,6 +163,8 @@ def reference_layer(layer, x: torch.Tensor, spec: Rope | None) -> torch.Tensor:
     v = v.reshape(B, L, Hkv, d).transpose(1, 2)
     if layer.qk.qk_norm == "head":
         q, k = _rms(q, w["qk.q_norm.weight"]), _rms(k, w["qk.k_norm.weight"])
+    if layer.qk.qk_norm == "l2":  # (Llama 4: no weight)
+        q, k = _rms(q, 1.0), _rms(k, 1.0)
     if spec is not None:
         p = torch.arange(L).expand(B, L)
         q, k = reference_rotate(spec, q, p), reference_rotate(spec, k, p)
@@ -182,7 +184,7 @@ def _perturbed(layer):
 
 
 @settings(max_examples=25, deadline=None)
-@given(kind=st.sampled_from(sorted(KINDS)), qk_norm=st.sampled_from([None, "head", "width"]),
+@given(kind=st.sampled_from(sorted(KINDS)), qk_norm=st.sampled_from([None, "head", "width", "l2"]),
        Hkv=st.integers(1, 2), g=st.integers(1, 2), bias=st.booleans(), L=st.integers(1, 6),
        split=st.integers(1, 5))
 def test_every_path_applies_the_one_pipeline(kind, qk_norm, Hkv, g, bias, L, split):
@@ -203,7 +205,7 @@ def test_every_path_applies_the_one_pipeline(kind, qk_norm, Hkv, g, bias, L, spl
         torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
 
 
-@pytest.mark.parametrize("qk_norm", ["head", "width"])
+@pytest.mark.parametrize("qk_norm", ["head", "width", "l2"])
 def test_qk_norm_in_multihead_attention_and_the_block(qk_norm):
     torch.manual_seed(0)
     mha = _perturbed(MultiHeadAttention(16, 16, 16, 16, 2, 0.0, bias=True, qk_norm=qk_norm))
@@ -214,7 +216,18 @@ def test_qk_norm_in_multihead_attention_and_the_block(qk_norm):
     for rope in (False, True):  # the block passes qk_norm on, to either layer
         block = TransformerBlock(16, 2, 8, 0.0, rope=rope, qk_norm=qk_norm)
         assert block.attention.settings.qk_norm == qk_norm
-        assert block.attention.qk.q_norm is not None
+        assert (block.attention.qk.q_norm is None) == (qk_norm == "l2")
+
+
+def test_the_l2_norm_is_one_file_and_pruning_and_conversion_take_it():
+    """Llama 4's L2 norm of queries and keys (no weight), the feature added after the
+    redesign in mha_lib/qk.py alone: pruning and GQA conversion carry it unchanged."""
+    torch.manual_seed(0)
+    mha = _perturbed(MultiHeadAttention(16, 16, 16, 16, 4, 0.0, qk_norm="l2"))
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(prune_heads(mha, [0])(x, x, x), mha(x, x, x, head_mask=head_gates(4, [0])))
+        torch.testing.assert_close(gqa_from_mha(mha, 4).eval()(x, x, x), mha(x, x, x))
 
 
 def test_pruning_and_gqa_from_mha_carry_the_norms_weights():

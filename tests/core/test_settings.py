@@ -88,8 +88,8 @@ def _ropes(half: int):
 
 
 def _qk_norms():
-    """No QK-norm, per head, or over the width."""
-    return st.sampled_from([None, "head", "width"])
+    """No QK-norm, per head, over the width, or per head without a weight."""
+    return st.sampled_from([None, "head", "width", "l2"])
 
 
 def _perturbed(module: nn.Module) -> nn.Module:

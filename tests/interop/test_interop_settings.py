@@ -40,7 +40,7 @@ def mha_settings(draw):
                                     draw(st.sampled_from([None, None, alibi(H), softcap(2.0)])),
                                     draw(st.sampled_from([False, False, True])),
                                     draw(st.sampled_from([None, None, "head", "element"])),
-                                    draw(st.sampled_from([None, None, "head", "width"])))
+                                    draw(st.sampled_from([None, None, "head", "width", "l2"])))
     assert {f.name for f in dataclasses.fields(s)} == OPTIONS  # a new option: test it here
     return s
 
