@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-__all__ = ["build", "rebuild"]
+__all__ = ["build", "rebuild", "record"]
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -69,3 +69,12 @@ def rebuild(module: M, **changes: Any) -> M:
         raise ValueError(f"{type(module).__name__} has no setting {unknown[0]!r}; its settings "
                          f"are {sorted(names)}")
     return build(type(module), dataclasses.replace(settings, **changes), module)
+
+
+def record(settings_cls: type, arguments: dict[str, Any], **normalised: Any) -> Any:
+    """``settings_cls`` filled by name from a constructor's ``arguments`` (its ``locals()``),
+    ``normalised`` taking precedence: the options are declared once, in the signature and in
+    ``Settings``, never again in a positional call."""
+    values = {**arguments, **normalised}
+    return settings_cls(**{f.name: values[f.name] for f in dataclasses.fields(settings_cls)})
+

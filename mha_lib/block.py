@@ -29,12 +29,12 @@ from mha_lib._checks import (
     check_probability,
     check_tensor,
 )
-from mha_lib._settings import build
+from mha_lib._settings import build, record
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.masks import Mask
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.scores import ScoreMod
-from mha_lib.positions import check_rope_scale
+from mha_lib.positions import Rope
 
 __all__ = ["TransformerBlock"]
 
@@ -64,11 +64,14 @@ class TransformerBlock(nn.Module):
         norm_first: pre-LN if True, post-LN if False.
         layer_norm_eps: the ``eps`` of both LayerNorms.
         num_kv_heads: Hkv key/value heads (dividing ``num_heads``) for grouped-query attention.
-        rope: rotate queries and keys by their positions (RoPE); needs an even head size.
+        rope: rotate queries and keys by their positions: True (RoPE; needs an even head
+            size) or a :class:`~mha_lib.positions.Rope`, as for ``GroupedQueryAttention``.
         rope_scale: the factor of every RoPE angle (position interpolation), as for
             :class:`~mha_lib.gqa.GroupedQueryAttention`; 1 unless ``rope``.
-        score_mod, sink_logits, gate: the attention layer's (a :class:`mha_lib.scores.ScoreMod`;
-            learned sink logits; an output gate), as for :class:`~mha_lib.MultiHeadAttention`.
+        score_mod, sink_logits, gate, qk_norm: the attention layer's (a
+            :class:`mha_lib.scores.ScoreMod`; learned sink logits; an output gate; QK-norm), as
+            for :class:`~mha_lib.MultiHeadAttention`, passed on by name
+            (:attr:`~mha_lib.options.AttentionOptions.OPTIONS`).
 
     ``block.settings`` holds these arguments (a :class:`TransformerBlock.Settings`).
     """
@@ -84,11 +87,12 @@ class TransformerBlock(nn.Module):
         norm_first: bool = True
         layer_norm_eps: float = 1e-5
         num_kv_heads: int | None = None
-        rope: bool = False
+        rope: bool | Rope = False
         score_mod: ScoreMod | None = None
         sink_logits: bool = False
         gate: str | None = None
         rope_scale: float = 1.0
+        qk_norm: str | None = None
 
     def __init__(
         self,
@@ -100,11 +104,12 @@ class TransformerBlock(nn.Module):
         *,
         layer_norm_eps: float = 1e-5,
         num_kv_heads: int | None = None,
-        rope: bool = False,
+        rope: bool | Rope = False,
         score_mod: ScoreMod | None = None,
         sink_logits: bool = False,
         gate: str | None = None,
         rope_scale: float = 1.0,
+        qk_norm: str | None = None,
     ) -> None:
         super().__init__()
         check_positive_int(d_model, "d_model")  # (the attention layer would name its key_size)
@@ -113,16 +118,16 @@ class TransformerBlock(nn.Module):
         check_probability(dropout, "dropout")
         layer_norm_eps = check_positive_number(layer_norm_eps, "layer_norm_eps")
         self.norm_first = check_bool(norm_first, "norm_first")
-        check_bool(rope, "rope")
-        scores = {"score_mod": score_mod, "sink_logits": sink_logits, "gate": gate}
-        rope_scale = check_rope_scale(rope_scale, "rope_scale")
-        if num_kv_heads is not None or rope or rope_scale != 1.0:  # (GQA refuses a scale without rope)
+        arguments = locals()
+        options = {name: arguments[name] for name in GroupedQueryAttention.OPTIONS}  # by name
+        if num_kv_heads is not None or rope is not False or rope_scale != 1.0:  # (GQA checks them)
             kv_heads = num_heads if num_kv_heads is None else num_kv_heads
             self.attention = GroupedQueryAttention(d_model, num_heads, kv_heads, dropout, bias=True,
-                                                   rope=rope, rope_scale=rope_scale, **scores)
-        else:
+                                                   **options)
+        else:  # (rope and rope_scale: their defaults)
+            options = {name: options[name] for name in MultiHeadAttention.OPTIONS}
             self.attention = MultiHeadAttention(d_model, d_model, d_model, d_model, num_heads,
-                                                dropout, bias=True, **scores)
+                                                dropout, bias=True, **options)
         self.feed_forward = nn.Sequential(
             nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
         )
@@ -130,9 +135,8 @@ class TransformerBlock(nn.Module):
         self.norm2 = _FittedLayerNorm(d_model, eps=layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
-        self.settings = self.Settings(d_model, num_heads, d_ff, float(dropout), norm_first,
-                                      layer_norm_eps, num_kv_heads, rope, score_mod, sink_logits,
-                                      gate, rope_scale)
+        self.settings = record(self.Settings, arguments, dropout=float(dropout),
+                               layer_norm_eps=layer_norm_eps, rope_scale=float(rope_scale))
 
     def forward(
         self,

@@ -34,13 +34,12 @@ from mha_lib._checks import (
     check_positive_int,
     check_probability,
 )
-from mha_lib._settings import build
+from mha_lib._settings import build, record
 from mha_lib.attention import FiniteDotProductAttention, score_operands
-from mha_lib.cached import query_positions
 from mha_lib.masking import softmax_over_kept
 from mha_lib.multihead import MultiHeadAttention, AttentionLayer, check_head_shapes
 from mha_lib.scores import ScoreMod
-from mha_lib.positions import check_rope_scale, rotary
+from mha_lib.positions import Rope
 
 __all__ = ["GroupedQueryAttention", "gqa_from_mha", "grouped_attention", "kv_head_of"]
 
@@ -126,11 +125,14 @@ class GroupedQueryAttention(AttentionLayer):
         num_kv_heads: Hkv, the key/value heads; must divide ``num_heads``.
         dropout: dropout rate on the attention weights, in [0, 1).
         bias: whether the four projections have a bias.
-        rope: rotate queries and keys by their positions (RoPE, :func:`mha_lib.positions.rotary`)
-            after the projections; needs an even head size d.
-        rope_scale: the factor of every RoPE angle (``rotary``'s ``scale``; position
-            interpolation from length L to L' is L / L'); a finite number > 0, 1 unless rope.
-        score_mod, sink_logits, gate: as for :class:`~mha_lib.multihead.MultiHeadAttention`.
+        rope: rotate queries and keys by their positions after the projections: True (plain
+            RoPE, :func:`mha_lib.positions.rotary`; needs an even head size d), a
+            :class:`~mha_lib.positions.Rope` (its base, interpolation, NTK, YaRN, partial
+            rotation), or False (no positions).
+        rope_scale: the factor of every RoPE angle with ``rope=True`` (``rotary``'s ``scale``;
+            position interpolation from length L to L' is L / L'); a finite number > 0, else 1.
+        score_mod, sink_logits, gate, qk_norm: as for
+            :class:`~mha_lib.multihead.MultiHeadAttention` (QK-norm comes before RoPE).
 
     The forward is :class:`~mha_lib.multihead.MultiHeadAttention`'s (one forward for both):
     query head h reads key/value head h // (H / Hkv); with a cache, the cache stores Hkv heads
@@ -141,6 +143,7 @@ class GroupedQueryAttention(AttentionLayer):
     """
 
     _input_sizes = ("d_model",) * 3  # (queries, keys and values: D features)
+    OPTIONS = {**AttentionLayer.OPTIONS, "rope": False, "rope_scale": 1.0}
 
     @dataclass(frozen=True)
     class Settings:
@@ -151,16 +154,17 @@ class GroupedQueryAttention(AttentionLayer):
         num_kv_heads: int
         dropout: float
         bias: bool = False
-        rope: bool = False
+        rope: bool | Rope = False
         score_mod: ScoreMod | None = None
         sink_logits: bool = False
         gate: str | None = None
         rope_scale: float = 1.0
+        qk_norm: str | None = None
 
     def __init__(
         self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float, bias: bool = False,
-        rope: bool = False, *, score_mod: ScoreMod | None = None, sink_logits: bool = False,
-        gate: str | None = None, rope_scale: float = 1.0,
+        rope: bool | Rope = False, *, score_mod: ScoreMod | None = None, sink_logits: bool = False,
+        gate: str | None = None, rope_scale: float = 1.0, qk_norm: str | None = None,
     ) -> None:
         super().__init__()
         D = check_positive_int(d_model, "d_model")
@@ -171,16 +175,6 @@ class GroupedQueryAttention(AttentionLayer):
         if H % Hkv:
             raise ValueError(f"num_kv_heads ({Hkv}) must divide num_heads ({H})")
         check_bool(bias, "bias")
-        self.rope = check_bool(rope, "rope")
-        if rope and (D // H) % 2:
-            raise ValueError(
-                f"rope=True rotates pairs of features: the head size d = d_model / num_heads "
-                f"must be even, got {D // H}"
-            )
-        self.rope_scale = check_rope_scale(rope_scale, "rope_scale")
-        if self.rope_scale != 1.0 and not rope:
-            raise ValueError(f"rope_scale scales the RoPE angles: it must be 1 without rope=True, "
-                             f"got rope_scale={rope_scale!r} with rope=False")
         self.num_heads, self.num_kv_heads = H, Hkv
         self.head_size = D // H
         self.attention = FiniteDotProductAttention(check_probability(dropout, "dropout"))
@@ -188,31 +182,23 @@ class GroupedQueryAttention(AttentionLayer):
         self.W_k = nn.Linear(D, Hkv * self.head_size, bias=bias)
         self.W_v = nn.Linear(D, Hkv * self.head_size, bias=bias)
         self.W_o = nn.Linear(D, D, bias=bias)
-        self._init_scores(score_mod, sink_logits)  # (see MultiHeadAttention)
-        self._init_gate(gate, D)
-        self.settings = self.Settings(D, H, Hkv, float(dropout), bias, rope, score_mod, sink_logits,
-                                      gate, self.rope_scale)
+        self._init_options(D, score_mod=score_mod, sink_logits=sink_logits, gate=gate,
+                           qk_norm=qk_norm, rope=rope, rope_scale=rope_scale)  # (AttentionOptions)
+        self.settings = record(self.Settings, locals(), dropout=float(dropout),
+                               rope_scale=float(rope_scale))
 
-    def _rotate(self, q: Tensor, k: Tensor, cache, positions) -> tuple[Tensor, Tensor]:
-        """RoPE: rotate queries (B, H, Lq, d) and keys (B, Hkv, Lk, d) by their positions."""
-        B, _, Lq, _ = q.shape
-        Lk = k.shape[2]
-        if cache is not None:  # the positions the mask of the step reads too
-            positions = query_positions(cache, positions, B, Lq, q.device)  # (1 or B, Lq)
-        elif positions is None:
-            positions = torch.arange(Lq, device=q.device)[None]  # (1, Lq)
-        # (else: (B, Lq), checked by _check_forward, the one place that checks them)
-        positions = positions.expand(B, Lq)  # (1 or B, Lq) -> (B, Lq)
-        key_positions = positions if Lk == Lq else torch.arange(Lk, device=k.device)
-        scale = self.rope_scale
-        return rotary(q, positions, scale=scale), rotary(k, key_positions, scale=scale)
+    @property
+    def rope_scale(self) -> float:
+        """The factor of every RoPE angle (position interpolation; 1 without)."""
+        return 1.0 if self.qk.rope is None else self.qk.rope.scale
 
 
 def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAttention:
     """Grouped-query attention initialised from multi-head attention by mean-pooling.
 
-    The starting point of *uptraining* (Ainslie et al., 2023): ``W_q`` and ``W_o`` (weights and
-    biases) are copied, and the key and value heads of each group are averaged. Group j is the
+    The starting point of *uptraining* (Ainslie et al., 2023): ``W_q``, ``W_o`` and every other
+    weight (the gate, the QK-norms, ...) are copied as they are, by state, and the key and
+    value heads of each group are averaged (and a key norm over the width, ``qk_norm="width"``). Group j is the
     g = H / Hkv *consecutive* query heads ``j*g .. j*g + g - 1`` that share key/value head j
     (:func:`kv_head_of`), so key head j of the result is the mean of ``mha``'s key heads
     ``j*g .. j*g + g - 1`` (their rows of ``W_k``), and likewise for the values. With
@@ -243,22 +229,13 @@ def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAtte
                              f"query attention maps D features to D), got {name} = {size}")
     Hkv = max(kv_head_of(H, num_kv_heads)) + 1  # checks that num_kv_heads divides H
     d, g = D // H, H // Hkv
-    # mha's settings, less the sizes checked above, and Hkv
-    settings = GroupedQueryAttention.Settings(D, H, Hkv, s.dropout, bias=s.bias,
-                                              score_mod=s.score_mod, sink_logits=s.sink_logits,
-                                              gate=s.gate)
+    options = {name: getattr(s, name) for name in MultiHeadAttention.OPTIONS}  # every one, by name
+    settings = GroupedQueryAttention.Settings(D, H, Hkv, s.dropout, bias=s.bias, **options)
     gqa = build(GroupedQueryAttention, settings, like=mha)
-    with torch.no_grad():
-        for name in ("W_q", "W_o", "gate"):  # (the output gate reads the queries' input too)
-            if getattr(mha, name) is not None:
-                getattr(gqa, name).load_state_dict(getattr(mha, name).state_dict())
-        if mha.sink_logits is not None:
-            gqa.sink_logits.copy_(mha.sink_logits)
-        for name in ("W_k", "W_v"):
-            source, target = getattr(mha, name), getattr(gqa, name)
-            # (H*d, D) -> (Hkv, g, d, D) -> mean over the group -> (Hkv*d, D)
-            target.weight.copy_(source.weight.reshape(Hkv, g, d, D).mean(1).reshape(Hkv * d, D))
-            if source.bias is not None:
-                # (H*d,) -> (Hkv, g, d) -> mean over the group -> (Hkv*d,)
-                target.bias.copy_(source.bias.reshape(Hkv, g, d).mean(1).reshape(Hkv * d))
+    state = mha.state_dict()  # every weight as it is (W_q, W_o, the gate, the norms, ...),
+    for name, value in state.items():  # but the key and value heads: averaged over each group
+        if name.startswith(("W_k.", "W_v.", "qk.k_norm.")) and gqa.state_dict()[name].shape != value.shape:
+            # (H*d, ...) -> (Hkv, g, d, ...) -> mean over the group -> (Hkv*d, ...)
+            state[name] = value.reshape(Hkv, g, d, *value.shape[1:]).mean(1).flatten(0, 1)
+    gqa.load_state_dict(state)  # (strict: a weight that does not fit raises)
     return gqa

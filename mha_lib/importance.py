@@ -352,8 +352,8 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
         global random generator is left as it was (nothing is drawn from it for good).
 
     Raises:
-        ValueError: mha not a MultiHeadAttention, an unknown or repeated head index, or every
-            head listed.
+        ValueError: mha not a MultiHeadAttention, an unknown or repeated head index, every
+            head listed, or ``qk_norm="width"`` (a norm over all heads: no head can leave it).
     """
     if not isinstance(mha, MultiHeadAttention):
         raise ValueError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
@@ -362,26 +362,27 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
     H, d = mha.num_heads, mha.head_size
     removed = set(_check_heads(heads, H))
     kept = [h for h in range(H) if h not in removed]
+    if mha.settings.qk_norm == "width":  # (its mean over H*d features would change)
+        raise ValueError('mha has qk_norm="width", a norm over every head\'s features: pruning '
+                         "heads would change the others' queries and keys; prune a layer with "
+                         'qk_norm="head" or None')
     rows = torch.cat([torch.arange(h * d, (h + 1) * d) for h in kept])  # (H'*d,)
     # Every other setting of mha is kept: H' heads of width H'*d, the same output width D
     score_mod = None if mha.score_mod is None else mha.score_mod.for_heads(kept)
     pruned = rebuild(mha, d_model=len(kept) * d, num_heads=len(kept),
                      output_size=mha.W_o.out_features, score_mod=score_mod)
-    with torch.no_grad():
-        for name in ("W_q", "W_k", "W_v"):
-            old, new = getattr(mha, name), getattr(pruned, name)
-            new.weight.copy_(old.weight[rows])  # (H*d, in) -> (H'*d, in)
-            if old.bias is not None:
-                new.bias.copy_(old.bias[rows])  # (H*d,) -> (H'*d,)
-        pruned.W_o.weight.copy_(mha.W_o.weight[:, rows])  # (D, H*d) -> (D, H'*d)
-        if mha.sink_logits is not None:
-            pruned.sink_logits.copy_(mha.sink_logits[kept])  # (H,) -> (H',)
-        if mha.gate is not None:  # a head's gate logit, or its d features' logits
-            gate_rows = torch.tensor(kept) if mha.settings.gate == "head" else rows
-            pruned.gate.weight.copy_(mha.gate.weight[gate_rows])  # (H or H*d, in) -> (H' or H'*d, in)
-            pruned.gate.bias.copy_(mha.gate.bias[gate_rows])
-        if mha.W_o.bias is not None:
-            pruned.W_o.bias.copy_(mha.W_o.bias)
+    # What a head owns: rows (per head, or per feature) of the weights along the heads' axis
+    owned = {"W_q.weight": rows, "W_q.bias": rows, "W_k.weight": rows, "W_k.bias": rows,
+             "W_v.weight": rows, "W_v.bias": rows, "sink_logits": torch.tensor(kept),
+             "gate.weight": torch.tensor(kept) if mha.settings.gate == "head" else rows}
+    owned["gate.bias"] = owned["gate.weight"]
+    state = mha.state_dict()  # everything else as it is, by state (W_o's bias, per-head norms, ...)
+    for name, value in state.items():
+        if name in owned:
+            state[name] = value[owned[name]]  # (H or H*d, ...) -> (H' or H'*d, ...)
+        elif name == "W_o.weight":
+            state[name] = value[:, rows]  # (D, H*d) -> (D, H'*d)
+    pruned.load_state_dict(state)  # (strict: a weight of another shape raises)
     return pruned
 
 

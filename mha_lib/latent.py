@@ -37,7 +37,7 @@ from mha_lib.heads import merge_heads, split_heads
 from mha_lib.masking import visible
 from mha_lib.masks import causal
 from mha_lib.multihead import AttentionLayer, MultiHeadAttention, attend_heads
-from mha_lib.positions import rotary
+from mha_lib.positions import Rope
 
 __all__ = ["LatentAttention", "LatentCache", "mla_from_mha"]
 
@@ -81,8 +81,9 @@ class LatentAttention(AttentionLayer):
             :class:`~mha_lib.multihead.MultiHeadAttention` (``value_size`` must equal
             ``key_size``: keys and values share the down-projection).
         rank: r, the latent's size.
-        rope: rotate queries and keys by their positions (RoPE) after the projections; needs an
-            even head size, and rules out the absorbed form (see the module).
+        rope: rotate queries and keys by their positions after the projections: True (RoPE;
+            needs an even head size) or a :class:`~mha_lib.positions.Rope` (its base, scaling,
+            ...), as for ``GroupedQueryAttention``; rules out the absorbed form (see the module).
 
     The call is ``MultiHeadAttention``'s, plus ``cache=`` (a :class:`LatentCache`: the queries
     are new tokens that attend causally to the cached ones and themselves), ``positions``
@@ -92,7 +93,7 @@ class LatentAttention(AttentionLayer):
 
     def __init__(self, key_size: int, query_size: int, value_size: int, d_model: int,
                  num_heads: int, dropout: float, bias: bool = False, *, rank: int,
-                 rope: bool = False) -> None:
+                 rope: bool | Rope = False) -> None:
         super().__init__()
         for name, size in {"key_size": key_size, "query_size": query_size, "d_model": d_model,
                            "rank": rank, "value_size": value_size}.items():
@@ -104,17 +105,13 @@ class LatentAttention(AttentionLayer):
         if d_model % num_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         self.num_kv_heads, self.head_size, self.rank = num_heads, d_model // num_heads, rank
-        self.rope = check_bool(rope, "rope")
-        if rope and self.head_size % 2:
-            raise ValueError(f"rope=True needs an even head size d_model / num_heads, got {self.head_size}")
         self.attention = FiniteDotProductAttention(check_probability(dropout, "dropout"))
         self.W_q = nn.Linear(query_size, d_model, bias=check_bool(bias, "bias"))
         self.W_dkv = nn.Linear(key_size, rank, bias=False)  # x -> c, the latent
         self.W_uk = nn.Linear(rank, d_model, bias=bias)  # c -> the H heads' keys
         self.W_uv = nn.Linear(rank, d_model, bias=bias)  # c -> the H heads' values
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
-        self._init_scores(None, False)  # (no score modification, sink logits or gate here)
-        self.gate = None
+        self._init_options(query_size, rope=rope)  # (positions only: see AttentionOptions)
 
     _input_sizes = ("query_size", "key_size", "value_size")
 
@@ -160,7 +157,7 @@ class LatentAttention(AttentionLayer):
             k_positions = torch.arange(Lk, device=k.device) if positions is None else positions
             if positions is None:
                 positions = torch.arange(first, first + Lq, device=q.device)  # (Lq,)
-            q, k = rotary(q, positions), rotary(k, k_positions)
+        q, k = self.qk(q, k, positions, k_positions if self.rope else None)  # the layer's RoPE
         v = split_heads(self.W_uv(c_v), self.num_heads)  # (B, Lk, r) -> (B, Lk, D) -> (B, H, Lk, d)
         out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
                                     gates=gates)  # out: (B, H, Lq, d)
@@ -201,7 +198,7 @@ def mla_from_mha(mha: MultiHeadAttention) -> LatentAttention:
     """
     if not isinstance(mha, MultiHeadAttention):
         raise ValueError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
-    mha.check_plain_scores("LatentAttention")
+    mha.check_options("LatentAttention")
     s = mha.settings
     if s.output_size is not None:
         raise ValueError(f"mha must have its full width (output_size None), got {s.output_size}")

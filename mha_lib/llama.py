@@ -33,29 +33,9 @@ from torch import Tensor, nn
 from mha_lib._checks import as_tensor, check_bool, check_positive_int, check_tensor
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.masks import Mask, causal, sliding_window
+from mha_lib.qk import RMSNorm, _check_eps  # (RMSNorm: also QK-norm's, below the attention layers)
 
 __all__ = ["LlamaConfig", "LlamaLM", "RMSNorm", "SwiGLU"]
-
-
-class RMSNorm(nn.Module):
-    """``x / sqrt(mean(x**2) + eps) * weight`` over the last axis (computed in float32 at least).
-
-    Shapes:
-        x: (..., D); returns: the same shape and dtype.
-    """
-
-    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.eps = _check_eps(eps)
-        self.weight = nn.Parameter(torch.ones(check_positive_int(d_model, "d_model")))
-
-    def forward(self, x: Tensor) -> Tensor:
-        check_tensor(x, "x", tuple(range(1, 9)))
-        if x.shape[-1] != self.weight.shape[0]:
-            raise ValueError(f"x must have feature size {self.weight.shape[0]}, got shape {tuple(x.shape)}")
-        x32 = x.float() if x.element_size() < 4 else x
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., D)
-        return self.weight * normed.to(x.dtype)
 
 
 class SwiGLU(nn.Module):
@@ -163,9 +143,3 @@ class LlamaLM(nn.Module):
         for block in self.blocks:
             x = block(x, mask)
         return self.unembedding(self.norm(x))  # (B, L, D) -> (B, L, V)
-
-
-def _check_eps(eps: object, name: str = "eps") -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
-        raise ValueError(f"{name} must be a number in (0, 1), got {eps!r}")
-    return float(eps)

@@ -49,11 +49,13 @@ from mha_lib.attention import (
     fit_queries,
     guards_change_nothing,
 )
-from mha_lib.cached import AttentionCache, cached_keys_values, check_cached_attention
+from mha_lib.cached import AttentionCache, cached_keys_values, check_cached_attention, query_positions
 from mha_lib.heads import gate_heads, merge_heads, split_heads
+from mha_lib._settings import record
 from mha_lib.masking import CheckedLens, Visible, as_mask, check_positions, read_valid_lens, visible
-from mha_lib.scores import ScoreMod
 from mha_lib.masks import Mask
+from mha_lib.options import AttentionOptions
+from mha_lib.scores import ScoreMod
 
 __all__ = [
     "AttentionCache",
@@ -66,32 +68,10 @@ __all__ = [
 ]
 
 
-class AttentionLayer(nn.Module):
-    """What ``MultiHeadAttention`` and ``GroupedQueryAttention`` share: ONE forward, the
-    score modification and the sink logits (``mha_lib.gqa`` adds RoPE and fewer K/V heads)."""
-
-    rope = False  # (GroupedQueryAttention may rotate queries and keys)
-
-    def _init_scores(self, score_mod: ScoreMod | None, sink_logits: bool) -> None:
-        """Keep ``score_mod`` (a :class:`~mha_lib.scores.ScoreMod` or None) and, with
-        ``sink_logits``, a parameter (H,): one learned logit per head joins every softmax."""
-        if score_mod is not None and not isinstance(score_mod, ScoreMod):
-            raise ValueError("score_mod must be a mha_lib.scores.ScoreMod (alibi(H), softcap(cap), "
-                             f"...) or None, got {type(score_mod).__name__}")
-        if score_mod is not None and score_mod.num_heads not in (None, self.num_heads):
-            raise ValueError(f"score_mod is for {score_mod.num_heads} heads, the layer has "
-                             f"num_heads = {self.num_heads}")
-        self.score_mod = score_mod
-        self.sink_logits = nn.Parameter(torch.zeros(self.num_heads)) if check_bool(
-            sink_logits, "sink_logits") else None
-
-    def _init_gate(self, gate: str | None, query_size: int) -> None:
-        """``self.gate``, an ``nn.Linear`` from the queries' input to a gate logit per head
-        (``gate="head"``) or per output feature (``"element"``), or None (no gate)."""
-        if gate not in (None, "head", "element"):
-            raise ValueError(f'gate must be None, "head" or "element", got {gate!r}')
-        width = self.num_heads if gate == "head" else self.num_heads * self.head_size
-        self.gate = None if gate is None else nn.Linear(query_size, width)
+class AttentionLayer(AttentionOptions):
+    """What ``MultiHeadAttention`` and ``GroupedQueryAttention`` share: ONE forward, and the
+    options (:class:`~mha_lib.options.AttentionOptions`: score modification, sink logits, gate,
+    the queries' and keys' pipeline ``qk``); ``mha_lib.gqa`` adds RoPE and fewer K/V heads."""
 
     #: The names of the inputs' feature sizes, in the error messages of :meth:`check_inputs`.
     _input_sizes = ("query_size", "key_size", "value_size")
@@ -120,15 +100,6 @@ class AttentionLayer(nn.Module):
 
     def _input_features(self) -> tuple[int, int, int]:  # the sizes of queries, keys, values
         return self.W_q.in_features, self.W_k.in_features, self.W_v.in_features
-
-    def check_plain_scores(self, target: str) -> None:
-        """Raise a ``ValueError`` naming ``score_mod`` or ``sink_logits`` when the layer has
-        one: a converter to ``target``, a layer that has neither, refuses it by name."""
-        for name, value in (("score_mod", self.score_mod), ("sink_logits", self.sink_logits),
-                            ("gate", self.gate)):
-            if value is not None:
-                raise ValueError(f"{target} has no {name}: convert a layer with {name}=None/False, "
-                                 f"got {name}={value!r}")
 
     def forward(
         self,
@@ -172,8 +143,7 @@ class AttentionLayer(nn.Module):
         q = split_heads(self.W_q(queries), self.num_heads)  # (B, Lq, D) -> (B, H, Lq, d)
         k = split_heads(self.W_k(keys), self.num_kv_heads)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
         v = split_heads(self.W_v(values), self.num_kv_heads)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
-        if self.rope:  # (GroupedQueryAttention: rotary positions, chapter 10)
-            q, k = self._rotate(q, k, cache, positions)
+        q, k = self.qk(q, k, *self._rope_positions(q, k, cache, positions))  # QK-norm, RoPE
         if cache is not None:  # decoding (chapter 9): the cached positions are keys too
             k, v, seen = cached_keys_values(cache, k, v, mask, positions, **self._scores())
         else:  # the mask (and score modification) at the positions of the queries and keys
@@ -185,6 +155,21 @@ class AttentionLayer(nn.Module):
             out = gate_heads(out, self.gate(queries))  # (B, H, Lq, d)
         output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
         return (output, weights) if need_weights else output
+
+    def _rope_positions(self, q: Tensor, k: Tensor, cache, positions) -> tuple[Tensor | None, Tensor | None]:
+        """The positions RoPE rotates queries (B, H, Lq, d) and keys (B, Hkv, Lk, d) by: the
+        cached step's, ``positions`` (checked by :meth:`_check_forward`), or 0, 1, ...;
+        (None, None) without RoPE."""
+        if not self.rope:
+            return None, None
+        B, _, Lq, _ = q.shape
+        Lk = k.shape[2]
+        if cache is not None:  # the positions the mask of the step reads too
+            positions = query_positions(cache, positions, B, Lq, q.device)  # (1 or B, Lq)
+        elif positions is None:
+            positions = torch.arange(Lq, device=q.device)[None]  # (1, Lq)
+        positions = positions.expand(B, Lq)  # (1 or B, Lq) -> (B, Lq)
+        return positions, positions if Lk == Lq else torch.arange(Lk, device=k.device)
 
     def _scores(self) -> dict:
         """What changes the scores besides the mask (the context's ``score_mod`` and ``sinks``)."""
@@ -261,6 +246,8 @@ class MultiHeadAttention(AttentionLayer):
         gate: ``"head"`` or ``"element"``: each head's output is multiplied by
             ``sigmoid(module.gate(queries))`` (an ``nn.Linear``: one gate per head, or one per
             feature), before ``W_o`` (gated attention); None: no gate.
+        qk_norm: ``"head"`` or ``"width"``: RMSNorm of the queries and keys, per head or over
+            the projection's width, before the scores (:mod:`mha_lib.qk`); None: none.
 
     ``module.settings`` holds these arguments (a :class:`MultiHeadAttention.Settings`): code
     that rebuilds the module changed (pruning, conversions) starts from it and keeps the rest.
@@ -281,6 +268,7 @@ class MultiHeadAttention(AttentionLayer):
         score_mod: ScoreMod | None = None
         sink_logits: bool = False
         gate: str | None = None
+        qk_norm: str | None = None
 
         def __post_init__(self) -> None:
             if self.output_size == self.d_model:  # one way to say "the default"
@@ -300,6 +288,7 @@ class MultiHeadAttention(AttentionLayer):
         score_mod: ScoreMod | None = None,
         sink_logits: bool = False,
         gate: str | None = None,
+        qk_norm: str | None = None,
     ) -> None:
         super().__init__()
         sizes = {"key_size": key_size, "query_size": query_size, "value_size": value_size,
@@ -316,11 +305,9 @@ class MultiHeadAttention(AttentionLayer):
         self.W_k = nn.Linear(key_size, d_model, bias=bias)
         self.W_v = nn.Linear(value_size, d_model, bias=bias)
         self.W_o = nn.Linear(d_model, sizes["output_size"], bias=bias)
-        self._init_scores(score_mod, sink_logits)  # (see AttentionLayer)
-        self._init_gate(gate, query_size)
-        self.settings = self.Settings(key_size, query_size, value_size, d_model, num_heads,
-                                      float(dropout), bias, output_size, score_mod, sink_logits,
-                                      gate)
+        self._init_options(query_size, score_mod=score_mod, sink_logits=sink_logits, gate=gate,
+                           qk_norm=qk_norm)  # (see AttentionOptions)
+        self.settings = record(self.Settings, locals(), dropout=float(dropout))
 
     @property
     def num_kv_heads(self) -> int:

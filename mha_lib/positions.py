@@ -7,7 +7,9 @@ learns about order only if positions enter the computation:
 * :func:`rotary`     RoPE (Su et al., RoFormer): rotate queries and keys by angles proportional
   to their position, so that the score of query position m and key position n depends on m - n;
 * :func:`rope_permutation` the permutation of the features that turns one RoPE convention into
-  the other.
+  the other;
+* :class:`Rope` what a layer rotates by, held once (its ``qk`` pipeline, :mod:`mha_lib.qk`):
+  the base, position interpolation, NTK-aware scaling, YaRN, partial rotation.
 
 Two conventions say which features form a rotated pair (the angles are the same):
 
@@ -35,13 +37,14 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from mha_lib._checks import as_tensor, check_positive_int, check_tensor
 
-__all__ = ["check_rope_scale", "frequencies", "rope_permutation", "rotary", "sinusoidal"]
+__all__ = ["Rope", "check_rope_scale", "frequencies", "rope_permutation", "rotary", "sinusoidal"]
 
 _PAIRS = ("interleaved", "halves")
 
@@ -81,7 +84,7 @@ def sinusoidal(L: int, D: int, base: float = 10000.0) -> Tensor:
 
 
 def rotary(x: Tensor, positions: Tensor, base: float = 10000.0, *,
-           pairs: str = "interleaved", scale: float = 1.0) -> Tensor:
+           pairs: str = "interleaved", scale: float = 1.0, freqs: Tensor | None = None) -> Tensor:
     """Rotary position embedding (RoPE, Su et al.): rotate queries or keys by their positions.
 
     Feature pair i at position p is rotated by the angle ``scale * p * base**(-2i/d)``,
@@ -115,6 +118,8 @@ def rotary(x: Tensor, positions: Tensor, base: float = 10000.0, *,
         base: the wavelength scale, > 1.
         pairs: ``"interleaved"`` or ``"halves"``, the convention above.
         scale: a finite number > 0 multiplying every angle (position interpolation: L / L').
+        freqs: the d/2 frequencies (float64) instead of ``base**(-2i/d)`` (NTK, YaRN:
+            :class:`Rope`); None: those.
     """
     positions = _check_rotary_args(x, positions, base)
     scale = check_rope_scale(scale)
@@ -123,7 +128,8 @@ def rotary(x: Tensor, positions: Tensor, base: float = 10000.0, *,
     if positions.dim() == 2:
         positions = positions[:, None]  # (B, L) -> (B, 1, L): the same for every head
     d = x.shape[-1]
-    angles = positions[..., None].double() * frequencies(d, base, device=x.device)  # (..., L, d/2)
+    freqs = frequencies(d, base, device=x.device) if freqs is None else freqs.to(x.device)
+    angles = positions[..., None].double() * freqs  # (..., L, d/2)
     if scale != 1.0:  # (scale 1: the same bits as plain RoPE)
         angles = angles * scale
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
@@ -162,6 +168,102 @@ def rope_permutation(d: int, num_heads: int = 1) -> Tensor:
     H = check_positive_int(num_heads, "num_heads")
     one_head = torch.arange(d).reshape(d // 2, 2).T.reshape(d)  # (d/2, 2) -> (2, d/2) -> (d,)
     return (torch.arange(H)[:, None] * d + one_head).reshape(H * d)  # (H, d) -> (H*d,)
+
+
+@dataclass(frozen=True)
+class Rope:
+    """What a layer rotates its queries and keys by: a position spec, held once by the layer.
+
+    ``Rope()`` is plain RoPE at base 10000 (:func:`rotary`); each other field changes one thing:
+
+    * ``base``: the wavelength scale (Llama 3: 500000; Gemma 3: one base per kind of layer);
+    * ``scale``: position interpolation (Chen et al., 2023, arXiv:2306.15595): every angle times
+      ``scale = L / L'`` to run at length L' a model trained at length L;
+    * ``ntk``: NTK-aware scaling (bloc97, 2023; Peng et al., 2023, section 3.1) for ``ntk``
+      times the length: the base becomes ``base * ntk ** (r / (r - 2))`` (r: the rotated
+      features), so the slowest pair is interpolated and the fastest barely changes;
+    * ``yarn``: YaRN (Peng et al., 2023, "YaRN: Efficient Context Window Extension of Large
+      Language Models", arXiv:2309.00071) for ``yarn = s`` times ``original_length``: pair i,
+      whose wavelength fits ``rotations = original_length * freq_i / (2 pi)`` times in the
+      trained length, keeps its frequency above ``beta_fast`` rotations, is interpolated
+      (``freq_i / s``) below ``beta_slow``, and ramps in between, linearly in i as the
+      paper's code and ``transformers`` do (:meth:`frequencies`); cos and sin are multiplied
+      by ``attention_factor`` (default ``0.1 ln s + 1``), the scores by its square;
+    * ``partial``: the fraction of each head's features rotated (the first ``partial * d``,
+      as GPT-NeoX's ``rotary_pct``); the others pass unrotated.
+
+    No RoPE at all (NoPE) is ``rope=False`` (None) on the layer.
+    """
+
+    base: float = 10000.0
+    scale: float = 1.0
+    ntk: float = 1.0
+    yarn: float = 1.0
+    original_length: int | None = None
+    attention_factor: float | None = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    partial: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_base(self.base)
+        for name in ("scale", "ntk", "yarn", "beta_fast", "beta_slow", "partial"):
+            object.__setattr__(self, name, check_rope_scale(getattr(self, name), f"rope.{name}"))
+        if sum(getattr(self, name) != 1.0 for name in ("scale", "ntk", "yarn")) > 1:
+            raise ValueError(f"rope scales one way: at most one of scale, ntk, yarn differs from 1, got {self}")
+        if self.partial > 1:
+            raise ValueError(f"rope.partial must be in (0, 1] (the fraction rotated), got {self.partial}")
+        if self.yarn != 1.0 and self.original_length is None:
+            raise ValueError("rope.original_length (the trained length) is needed with yarn != 1")
+        if self.original_length is not None:
+            check_positive_int(self.original_length, "rope.original_length")
+        if self.attention_factor is not None:
+            object.__setattr__(self, "attention_factor",
+                               check_rope_scale(self.attention_factor, "rope.attention_factor"))
+
+    def rotated(self, d: int) -> int:
+        """r, the features of a head of size d that rotate: ``int(d * partial)``, even, >= 2
+        (>= 4 with ``ntk``); a ValueError naming ``rope`` otherwise."""
+        r = int(d * self.partial)
+        if r < 2 or r % 2 or (self.ntk != 1.0 and r < 4):
+            raise ValueError(f"rope rotates pairs: d * partial = {d} * {self.partial} must be an "
+                             f"even integer >= {4 if self.ntk != 1.0 else 2}, got {r}")
+        return r
+
+    def factor(self) -> float:
+        """The factor of cos and sin: YaRN's attention factor, else 1."""
+        if self.attention_factor is not None:
+            return self.attention_factor
+        return 0.1 * math.log(self.yarn) + 1.0 if self.yarn > 1 else 1.0
+
+    def frequencies(self, d: int, device: torch.device | None = None) -> Tensor:
+        """The r/2 angular frequencies of a head of size d (float64), after NTK or YaRN."""
+        r = self.rotated(d)
+        if self.ntk != 1.0:
+            return frequencies(r, self.base * self.ntk ** (r / (r - 2)), device=device)
+        theta = frequencies(r, self.base, device=device)  # (r/2,)
+        if self.yarn == 1.0:
+            return theta
+
+        def pair(rotations: float) -> float:  # the i where the trained length holds `rotations` turns
+            return r * math.log(self.original_length / (rotations * 2 * math.pi)) / (2 * math.log(self.base))
+
+        low, high = max(math.floor(pair(self.beta_fast)), 0), min(math.ceil(pair(self.beta_slow)), r - 1)
+        i = torch.arange(r // 2, dtype=torch.float64, device=device)
+        ramp = ((i - low) / (high - low if high != low else 1e-3)).clamp(0, 1)  # 0: keep, 1: interpolate
+        return theta / self.yarn * ramp + theta * (1 - ramp)
+
+    def __call__(self, x: Tensor, positions: Tensor, pairs: str = "interleaved") -> Tensor:
+        """``x`` (B, H, L, d) rotated at ``positions`` (as :func:`rotary`'s), the first r
+        features; returns (B, H, L, d)."""
+        _check_rotary_args(x, positions, self.base)
+        d = x.shape[-1]
+        r = self.rotated(d)
+        turned = rotary(x[..., :r], positions, self.base, pairs=pairs, scale=self.scale,
+                        freqs=self.frequencies(d, x.device))  # (B, H, L, r)
+        if self.factor() != 1.0:  # (YaRN: cos and sin times the factor)
+            turned = turned * self.factor()
+        return turned if r == d else torch.cat([turned, x[..., r:]], dim=-1)  # (B, H, L, d)
 
 
 def check_rope_scale(scale: object, name: str = "scale") -> float:

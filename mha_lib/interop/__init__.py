@@ -17,7 +17,10 @@ module on the same inputs (the tests check every direction on random inputs and 
   scale (:func:`from_gemma2_attention`, :func:`to_gemma2_attention`) and BLOOM's ALiBi with a
   fused ``query_key_value`` (:func:`from_bloom_attention`, :func:`to_bloom_attention`); the
   mask of a layer, a sliding window on every other layer of gpt-oss and Gemma 2:
-  :func:`layer_mask`.
+  :func:`layer_mask`;
+* the queries and keys of today's models (:mod:`mha_lib.qk`): Qwen 3's QK-norm per head and
+  its RoPE base (:func:`from_qwen3_attention`, :func:`to_qwen3_attention`), OLMo 2's over
+  the width (:func:`from_olmo2_attention`, :func:`to_olmo2_attention`).
 
 ``transformers`` is imported only by the functions that need it, so the PyTorch converters
 cost nothing more. Nothing is downloaded: models come from a config (random weights) or from
@@ -28,6 +31,8 @@ from mha_lib.interop._bloom import from_bloom_attention, to_bloom_attention
 from mha_lib.interop._gemma2 import from_gemma2_attention, to_gemma2_attention
 from mha_lib.interop._gpt2 import copy_to_gpt2_attention, from_gpt2_attention, to_gpt2_attention
 from mha_lib.interop._gpt_oss import from_gpt_oss_attention, to_gpt_oss_attention
+from mha_lib.interop._qk_norms import (from_olmo2_attention, from_qwen3_attention,
+                                       to_olmo2_attention, to_qwen3_attention)
 from mha_lib.interop._llama import from_hf_llama, from_llama_attention, layer_mask, to_llama_attention
 from mha_lib.interop._torch import _torch_attn_mask, from_torch_mha, to_torch_mha
 
@@ -39,6 +44,8 @@ __all__ = [
     "from_gpt_oss_attention",
     "from_hf_llama",
     "from_llama_attention",
+    "from_olmo2_attention",
+    "from_qwen3_attention",
     "from_torch_mha",
     "layer_mask",
     "to_bloom_attention",
@@ -46,5 +53,7 @@ __all__ = [
     "to_gpt2_attention",
     "to_gpt_oss_attention",
     "to_llama_attention",
+    "to_olmo2_attention",
+    "to_qwen3_attention",
     "to_torch_mha",
 ]

@@ -87,19 +87,19 @@ def to_bloom_attention(mha: MultiHeadAttention) -> nn.Module:
 
     Raises:
         ValueError: ``mha`` not a self-attention ``MultiHeadAttention`` whose ``score_mod`` is
-            BLOOM's ALiBi, ``alibi(H, slopes)`` with the slopes of :func:`_bloom_slopes`, or
-            with ``sink_logits``.
+            BLOOM's ALiBi, ``alibi(H, slopes)`` with the slopes of :func:`_bloom_slopes`; any
+            other option (``sink_logits``, ``gate``, ``qk_norm``: BLOOM has none), by name.
     """
     from transformers import BloomConfig
     from transformers.models.bloom.modeling_bloom import BloomAttention
 
     _check_self_attention(mha, "mha")
+    mha.check_options("BloomAttention", maps=("score_mod",), name="mha")
     s = mha.settings
     D, H = s.d_model, s.num_heads
-    if s.sink_logits or s.score_mod != alibi(H, _bloom_slopes(H)):
+    if s.score_mod != alibi(H, _bloom_slopes(H)):
         raise ValueError(f"mha must have score_mod=alibi({H}, slopes) with BLOOM's slopes "
-                         f"{_bloom_slopes(H)} and sink_logits=False, got "
-                         f"score_mod={s.score_mod!r}, sink_logits={s.sink_logits}")
+                         f"{_bloom_slopes(H)}, got score_mod={s.score_mod!r}")
     config = BloomConfig(hidden_size=D, n_head=H, n_layer=1, attention_dropout=s.dropout,
                          hidden_dropout=0.0, attn_implementation="eager")
     weight = mha.W_q.weight

@@ -91,14 +91,13 @@ def to_gemma2_attention(
     from transformers import Gemma2Config
     from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention
 
-    sizes = _rope_sizes(gqa)
+    sizes = _rope_sizes(gqa, "Gemma2Attention", maps=("score_mod",))
     d = sizes["head_dim"]
     cap = getattr(gqa.score_mod, "cap", None)
     capped = isinstance(cap, float) and gqa.score_mod == softcap(cap)
-    if gqa.sink_logits is not None or (gqa.score_mod is not None and not capped):
-        raise ValueError("gqa must have score_mod=softcap(cap) or None and sink_logits=False "
-                         f"(Gemma 2's scores), got score_mod={gqa.score_mod!r}, "
-                         f"sink_logits={gqa.sink_logits is not None}")
+    if gqa.score_mod is not None and not capped:
+        raise ValueError("gqa must have score_mod=softcap(cap) or None (Gemma 2's scores), got "
+                         f"score_mod={gqa.score_mod!r}")
     if sliding_window is not None:
         check_positive_int(sliding_window, "sliding_window")
     scalar = d if query_pre_attn_scalar is None else check_positive_int(

@@ -72,7 +72,7 @@ def copy_to_gpt2_attention(mha: MultiHeadAttention, attn: nn.Module) -> nn.Modul
     """
     D, H, conv = _check_gpt2(attn)
     _check_self_attention(mha, "mha")
-    mha.check_plain_scores("GPT-2's attention")
+    mha.check_options("GPT-2's attention", name="mha")
     if (mha.d_model, mha.num_heads) != (D, H):
         raise ValueError(f"mha has D = {mha.d_model}, H = {mha.num_heads} but attn has "
                          f"D = {D}, H = {H}")
@@ -98,7 +98,7 @@ def to_gpt2_attention(mha: MultiHeadAttention) -> nn.Module:
     from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
 
     _check_self_attention(mha, "mha")
-    mha.check_plain_scores("GPT-2's attention")
+    mha.check_options("GPT-2's attention", name="mha")
     s, weight = mha.settings, mha.W_q.weight  # (bias: GPT-2 always has one; zeros if not)
     config = GPT2Config(n_embd=s.d_model, n_head=s.num_heads, attn_pdrop=s.dropout,
                         resid_pdrop=0.0, attn_implementation="eager")

@@ -15,9 +15,9 @@ of the call, :func:`~mha_lib.interop.layer_mask` (``causal()`` or ``sliding_wind
 
 Not supported (a ``ValueError`` says so): the RoPE of the released checkpoints. They use YaRN
 (``rope_type="yarn"``, factor 32, ``rope_theta`` 150000), which stretches the low frequencies
-and multiplies cos and sin by an attention factor; the book's layers rotate with the default
-RoPE at base 10000 only, so a config must say ``rope_parameters={"rope_type": "default",
-"rope_theta": 10000.0}``. And their sizes: gpt-oss-20b has 64 heads of 64 features on a width
+and multiplies cos and sin by an attention factor; the book's layers have it
+(:class:`mha_lib.positions.Rope`, ``yarn=``), but this converter maps only the default RoPE
+(any ``rope_theta``) so far. And their sizes: gpt-oss-20b has 64 heads of 64 features on a width
 of 2880, but the book's layer splits D into H heads of D / H features.
 
 Shape legend
@@ -36,10 +36,6 @@ from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.interop._llama import _rope_layer_from, _rope_layer_to, _rope_sizes
 
 __all__ = ["from_gpt_oss_attention", "to_gpt_oss_attention"]
-
-_DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
-"""The RoPE of the book's layers, as a ``transformers`` config says it."""
-
 
 def from_gpt_oss_attention(attn: nn.Module) -> GroupedQueryAttention:
     """A ``GroupedQueryAttention(rope=True, sink_logits=True)`` holding the weights of a
@@ -81,16 +77,14 @@ def to_gpt_oss_attention(gqa: GroupedQueryAttention, *, sliding_window: int | No
     from transformers import GptOssConfig
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention
 
-    sizes = _rope_sizes(gqa)
-    if gqa.sink_logits is None or gqa.score_mod is not None:
-        raise ValueError("gqa must have sink_logits=True and score_mod=None (gpt-oss's scores), "
-                         f"got sink_logits={gqa.sink_logits is not None}, score_mod={gqa.score_mod!r}")
+    sizes = _rope_sizes(gqa, "GptOssAttention", maps=("sink_logits",))
+    if gqa.sink_logits is None:
+        raise ValueError("gqa must have sink_logits=True (gpt-oss's scores), got sink_logits=False")
     if sliding_window is not None:
         check_positive_int(sliding_window, "sliding_window")
     kind = "full_attention" if sliding_window is None else "sliding_attention"
     config = GptOssConfig(**sizes, attention_bias=gqa.settings.bias, num_hidden_layers=1,
-                          layer_types=[kind], sliding_window=sliding_window,
-                          rope_parameters=dict(_DEFAULT_ROPE))
+                          layer_types=[kind], sliding_window=sliding_window)
     attn = _rope_layer_to(gqa, GptOssAttention(config, layer_idx=0))
     with torch.no_grad():
         attn.sinks.copy_(gqa.sink_logits)

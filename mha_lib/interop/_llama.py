@@ -39,7 +39,7 @@ from mha_lib._settings import build
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.llama import LlamaConfig, LlamaLM
 from mha_lib.masks import Mask, causal, sliding_window
-from mha_lib.positions import rope_permutation
+from mha_lib.positions import Rope, rope_permutation
 from mha_lib.scores import ScoreMod
 
 __all__ = ["from_hf_llama", "from_llama_attention", "layer_mask", "to_llama_attention"]
@@ -62,7 +62,8 @@ def from_llama_attention(attn: nn.Module) -> GroupedQueryAttention:
     Raises:
         ValueError: not a Llama or Mistral attention layer, or a config the book's layer does
             not have: another RoPE (``rope_type`` other than ``"default"`` or ``"linear"``,
-            ``rope_theta`` other than 10000, partial rotation), or a ``head_dim`` other than D / H.
+            partial rotation), or a ``head_dim`` other than D / H. A ``rope_theta`` other than
+            10000 becomes ``rope=Rope(base=rope_theta)``.
     """
     from transformers.models.llama.modeling_llama import LlamaAttention
     from transformers.models.mistral.modeling_mistral import MistralAttention
@@ -89,8 +90,7 @@ def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None
     from transformers.models.llama.modeling_llama import LlamaAttention
     from transformers.models.mistral.modeling_mistral import MistralAttention
 
-    sizes = _rope_sizes(gqa, linear=True)
-    gqa.check_plain_scores("LlamaAttention")
+    sizes = _rope_sizes(gqa, "LlamaAttention", linear=True)
     sizes["attention_bias"] = gqa.settings.bias
     if sliding_window is None:
         attn = LlamaAttention(HFLlamaConfig(**sizes), layer_idx=0)
@@ -167,17 +167,21 @@ def from_hf_llama(model: nn.Module) -> LlamaLM:
 
 
 def _rope_layer_from(attn: nn.Module, *, score_mod: ScoreMod | None = None, sink_logits: bool = False,
-                     query_scale: float = 1.0, linear: bool = False) -> GroupedQueryAttention:
+                     query_scale: float = 1.0, linear: bool = False,
+                     qk_norm: str | None = None) -> GroupedQueryAttention:
     """A ``GroupedQueryAttention(rope=True)`` holding the ``q_proj``, ``k_proj``, ``v_proj``,
     ``o_proj`` of a Hugging Face attention layer in Llama's layout (RoPE in halves,
     ``repeat_kv``): Llama, Mistral, Gemma 2, gpt-oss. ``W_q`` (and its bias) is multiplied by
-    ``query_scale``; the caller copies whatever else the family has (gpt-oss's sinks). With
+    ``query_scale``; the caller copies whatever else the family has (gpt-oss's sinks, Qwen 3's
+    norms). With
     ``linear``, a linear RoPE scaling of factor f becomes ``rope_scale=1/f``."""
     D, H, Hkv, d = _check_config(attn.config, "attn.config", linear=linear)
+    scale, base = _linear_scale(attn.config) if linear else 1.0, _rope_base(attn.config)
+    rope = {"rope": True, "rope_scale": scale} if base == _BOOK_ROPE_BASE else {
+        "rope": Rope(base=base, scale=scale)}  # (a RoPE base of its own)
     settings = GroupedQueryAttention.Settings(
         D, H, Hkv, float(attn.config.attention_dropout), bias=attn.q_proj.bias is not None,
-        rope=True, score_mod=score_mod, sink_logits=sink_logits,
-        rope_scale=_linear_scale(attn.config) if linear else 1.0)
+        score_mod=score_mod, sink_logits=sink_logits, qk_norm=qk_norm, **rope)
     gqa = build(GroupedQueryAttention, settings, like=attn)
     halves_to_interleaved = {"W_q": rope_permutation(d, H).argsort(),
                              "W_k": rope_permutation(d, Hkv).argsort()}
@@ -190,23 +194,30 @@ def _rope_layer_from(attn: nn.Module, *, score_mod: ScoreMod | None = None, sink
     return gqa
 
 
-def _rope_sizes(gqa: object, name: str = "gqa", *, linear: bool = False) -> dict:
-    """The config sizes of a Llama-like Hugging Face layer with ``gqa``'s heads (eager
-    attention), once ``gqa`` is checked to be a ``GroupedQueryAttention`` with RoPE; with
-    ``linear``, its ``rope_scale`` as Llama's linear RoPE scaling (else it must be 1)."""
+def _rope_sizes(gqa: object, target: str, maps: tuple[str, ...] = (), *, linear: bool = False) -> dict:
+    """The config sizes of a Llama-like Hugging Face layer ``target`` with ``gqa``'s heads
+    (eager attention), once ``gqa`` is checked: a ``GroupedQueryAttention`` with RoPE, every
+    other option refused by name unless the caller ``maps`` it (``check_options``), its RoPE
+    plain (any base) or, with ``linear``, position interpolation (Llama's linear scaling)."""
     if not isinstance(gqa, GroupedQueryAttention) or not gqa.rope:
         got = type(gqa).__name__ + (" with rope=False" if isinstance(gqa, GroupedQueryAttention) else "")
-        raise ValueError(f"{name} must be an mha_lib.gqa.GroupedQueryAttention with rope=True, got {got}")
-    s = gqa.settings  # every option of gqa, each one mapped by the callers (rope: checked above)
-    if s.rope_scale != 1.0 and not linear:
-        raise ValueError(f"{name} must have rope_scale = 1 (the default RoPE; this family has "
-                         f"no position interpolation here), got rope_scale={s.rope_scale!r}")
+        raise ValueError(f"gqa must be an mha_lib.gqa.GroupedQueryAttention with rope=True, got {got}")
+    gqa.check_options(target, maps=("rope", "rope_scale", *maps), name="gqa")
+    spec = gqa.qk.rope
+    if spec.scale != 1.0 and not linear:
+        raise ValueError(f"gqa must have rope_scale = 1 (the default RoPE; {target} has no "
+                         f"position interpolation here), got rope_scale={spec.scale!r}")
+    if spec != Rope(base=spec.base, scale=spec.scale):
+        raise ValueError(f"gqa.rope must be plain RoPE (a base and position interpolation): "
+                         f"{target} here has no NTK, YaRN or partial rotation, got {spec}")
+    s = gqa.settings
     H = s.num_heads
     sizes = dict(hidden_size=s.d_model, num_attention_heads=H, num_key_value_heads=s.num_kv_heads,
                  head_dim=s.d_model // H, attention_dropout=s.dropout, attn_implementation="eager")
-    if s.rope_scale != 1.0:  # position interpolation: Llama's linear scaling, factor 1 / scale
-        sizes["rope_parameters"] = {"rope_type": "linear", "factor": 1.0 / s.rope_scale,
-                                    "rope_theta": _BOOK_ROPE_BASE}
+    # (said always: the families' configs have defaults of their own, gpt-oss's is YaRN)
+    sizes["rope_parameters"] = {"rope_type": "default", "rope_theta": spec.base}
+    if spec.scale != 1.0:  # position interpolation: Llama's linear scaling, factor 1 / scale
+        sizes["rope_parameters"].update(rope_type="linear", factor=1.0 / spec.scale)
     return sizes
 
 
@@ -245,16 +256,20 @@ def _check_config(cfg: object, name: str, *, linear: bool = False) -> tuple[int,
                          f"(the book's layers split D into H heads), got {d}")
     rope = dict(getattr(cfg, "rope_parameters", None) or {})
     rope_type = rope.get("rope_type", "default")
-    theta = float(rope.get("rope_theta", _BOOK_ROPE_BASE))
     partial = float(rope.get("partial_rotary_factor", 1.0))
     types = ("default", "linear") if linear else ("default",)
-    if rope_type not in types or theta != _BOOK_ROPE_BASE or partial != 1.0:
-        raise ValueError(f"{name}.rope_parameters must be the rope_type {' or '.join(types)} with "
-                         f"rope_theta = {_BOOK_ROPE_BASE:g} on every feature "
-                         f"(mha_lib.positions.rotary), got {rope}")
+    if rope_type not in types or partial != 1.0:
+        raise ValueError(f"{name}.rope_parameters must be the rope_type {' or '.join(types)} on "
+                         f"every feature (mha_lib.positions.Rope), got {rope}")
+    Rope(base=_rope_base(cfg))  # (checks the base)
     if rope_type == "linear":
         _linear_scale(cfg)  # (checks the factor)
     return D, H, Hkv, d
+
+
+def _rope_base(cfg: object) -> float:
+    """RoPE's base of a config (``rope_theta``; 10000 when it says none)."""
+    return float(dict(getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", _BOOK_ROPE_BASE))
 
 
 def _linear_scale(cfg: object) -> float:

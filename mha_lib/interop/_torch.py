@@ -31,7 +31,7 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     if not isinstance(mha, MultiHeadAttention):
         raise ValueError(f"mha must be an mha_lib.MultiHeadAttention, got {type(mha).__name__}")
     s = mha.settings  # every option of mha, each one mapped or refused here
-    mha.check_plain_scores("nn.MultiheadAttention")
+    mha.check_options("nn.MultiheadAttention", name="mha")
     D, H, bias = s.d_model, s.num_heads, s.bias
     if s.query_size != D or (s.output_size or D) != D:
         raise ValueError(

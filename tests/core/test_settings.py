@@ -21,6 +21,7 @@ from mha_lib._settings import build, rebuild
 from mha_lib.block import TransformerBlock
 from mha_lib.gqa import GroupedQueryAttention, gqa_from_mha
 from mha_lib.importance import head_gates, prune_heads
+from mha_lib.positions import Rope
 from mha_lib.scores import alibi, softcap
 
 CLASSES = (MultiHeadAttention, GroupedQueryAttention, TransformerBlock)
@@ -35,7 +36,8 @@ def mha_settings(draw, self_attention=False):
     options = dict(key_size=size, query_size=size, value_size=size, d_model=st.just(D),
                    num_heads=st.just(H), dropout=st.sampled_from([0.0, 0.25]),
                    bias=st.booleans(), output_size=st.none() if self_attention else st.none() | st.integers(1, 5),
-                   score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates())
+                   score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates(),
+                   qk_norm=_qk_norms())
     assert set(options) == _fields(MultiHeadAttention)  # a new option needs a strategy here
     return MultiHeadAttention.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -43,11 +45,11 @@ def mha_settings(draw, self_attention=False):
 @st.composite
 def gqa_settings(draw):
     Hkv, g, half = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    H, rope = Hkv * g, draw(st.booleans())
+    H, rope = Hkv * g, draw(_ropes(half))
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), num_kv_heads=st.just(Hkv),
                    dropout=st.sampled_from([0.0, 0.25]), bias=st.booleans(), rope=st.just(rope),
                    score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates(),
-                   rope_scale=_rope_scales(rope))
+                   rope_scale=_rope_scales(rope is True), qk_norm=_qk_norms())
     assert set(options) == _fields(GroupedQueryAttention)
     return GroupedQueryAttention.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -56,12 +58,12 @@ def gqa_settings(draw):
 def block_settings(draw):
     H, half = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     kv = draw(st.none() | st.sampled_from([h for h in (1, H) if H % h == 0]))
-    rope = draw(st.booleans())
+    rope = draw(_ropes(half))
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), d_ff=st.integers(1, 6),
                    dropout=st.sampled_from([0.0, 0.25]), norm_first=st.booleans(),
                    layer_norm_eps=st.sampled_from([1e-5, 1e-3]), num_kv_heads=st.just(kv),
                    rope=st.just(rope), score_mod=_score_mods(H), sink_logits=st.booleans(),
-                   gate=_gates(), rope_scale=_rope_scales(rope))
+                   gate=_gates(), rope_scale=_rope_scales(rope is True), qk_norm=_qk_norms())
     assert set(options) == _fields(TransformerBlock)
     return TransformerBlock.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -72,8 +74,32 @@ def _score_mods(H: int):
 
 
 def _rope_scales(rope: bool):
-    """Plain RoPE or position interpolation (a scale only with RoPE)."""
+    """Plain RoPE or position interpolation (a scale only with RoPE=True)."""
     return st.sampled_from([1.0, 0.5, 0.25]) if rope else st.just(1.0)
+
+
+def _ropes(half: int):
+    """No RoPE, RoPE=True (then with a scale, drawn by _rope_scales), or a position spec of
+    each kind that fits a head of d = 2 * half features."""
+    specs = [Rope(base=500.0), Rope(scale=0.5), Rope(yarn=2.0, original_length=8)]
+    if half == 2:  # (d = 4: room for NTK and a partial rotation)
+        specs += [Rope(ntk=2.0), Rope(partial=0.5)]
+    return st.sampled_from([False, True, *specs])
+
+
+def _qk_norms():
+    """No QK-norm, per head, over the width, or per head without a weight."""
+    return st.sampled_from([None, "head", "width", "l2"])
+
+
+def _perturbed(module: nn.Module) -> nn.Module:
+    """``module`` with every weight moved off its initial value (a fresh norm's weights are all
+    ones: a copy that forgot them would pass)."""
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.rand(p.shape, generator=gen, dtype=p.dtype) - 0.5)
+    return module
 
 
 def _gates():
@@ -162,9 +188,13 @@ def test_rebuild_names_an_unknown_setting():
 @settings(max_examples=40, deadline=None)
 @given(s=mha_settings(), training=st.booleans(), data=st.data())
 def test_pruning_keeps_every_option(s, training, data):
-    mha = build(MultiHeadAttention, s).train(training)
+    mha = _perturbed(build(MultiHeadAttention, s)).train(training)
     H, d, out = s.num_heads, s.d_model // s.num_heads, s.output_size or s.d_model
     removed = data.draw(st.lists(st.integers(0, H - 1), unique=True, max_size=H - 1))
+    if s.qk_norm == "width":  # (a norm over every head: no head can leave it)
+        with pytest.raises(ValueError, match="qk_norm"):
+            prune_heads(mha, removed)
+        return
     pruned = prune_heads(mha, removed)
     width = (H - len(removed)) * d
     kept = [h for h in range(H) if h not in removed]  # (ALiBi keeps the slopes of these heads)
@@ -185,7 +215,7 @@ def test_pruning_keeps_every_option(s, training, data):
 @settings(max_examples=30, deadline=None)
 @given(s=mha_settings(self_attention=True), training=st.booleans())
 def test_gqa_from_mha_keeps_every_option(s, training):
-    mha = build(MultiHeadAttention, s).train(training)
+    mha = _perturbed(build(MultiHeadAttention, s)).train(training)
     gqa = gqa_from_mha(mha, s.num_heads)
     # each option of mha: carried over by name, or a size that must equal D
     carried = {f.name: getattr(s, f.name) for f in dataclasses.fields(s)

@@ -79,10 +79,11 @@ def test_bad_input():
 
     with pytest.raises(ValueError, match="attn"):
         from_llama_attention(nn.Linear(2, 2))
-    scaled = transformers.LlamaConfig(hidden_size=16, num_attention_heads=2, num_key_value_heads=1,
-                                      rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    partial = transformers.LlamaConfig(hidden_size=16, num_attention_heads=2, num_key_value_heads=1,
+                                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                        "partial_rotary_factor": 0.5})
     with pytest.raises(ValueError, match="rope_parameters"):
-        from_llama_attention(LlamaAttention(scaled, 0))
+        from_llama_attention(LlamaAttention(partial, 0))
     wide = transformers.LlamaConfig(hidden_size=16, num_attention_heads=2, head_dim=4)
     with pytest.raises(ValueError, match="head_dim"):
         from_llama_attention(LlamaAttention(wide, 0))

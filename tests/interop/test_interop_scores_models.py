@@ -1,4 +1,5 @@
-"""gpt-oss (sink logits), Gemma 2 (soft-capping, its own scale) and BLOOM (ALiBi) from
+"""gpt-oss (sink logits), Gemma 2 (soft-capping, its own scale), BLOOM (ALiBi), Qwen 3
+(QK-norm per head, RoPE base 1000000) and OLMo 2 (QK-norm over the width) from
 ``transformers``, both ways, against ``transformers``' own eager attention.
 
 Each model is built from a tiny config (random weights, seeded, nothing downloaded) and runs
@@ -24,10 +25,14 @@ from mha_lib.interop import (
     from_bloom_attention,
     from_gemma2_attention,
     from_gpt_oss_attention,
+    from_olmo2_attention,
+    from_qwen3_attention,
     layer_mask,
     to_bloom_attention,
     to_gemma2_attention,
     to_gpt_oss_attention,
+    to_olmo2_attention,
+    to_qwen3_attention,
 )
 from mha_lib.interop._bloom import _bloom_slopes
 from mha_lib.masks import document, padding
@@ -35,7 +40,7 @@ from mha_lib.multihead import MultiHeadAttention
 from mha_lib.scores import alibi, softcap
 
 WINDOW = 3
-FAMILIES = ["gpt_oss", "gemma2", "bloom"]
+FAMILIES = ["gpt_oss", "gemma2", "bloom", "qwen3", "olmo2"]
 
 
 def _model(family, seed=0, dtype=torch.float32):
@@ -53,7 +58,16 @@ def _model(family, seed=0, dtype=torch.float32):
                      num_hidden_layers=2, intermediate_size=16, vocab_size=50, sliding_window=WINDOW,
                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                      attention_bias=True, attn_implementation="eager")
-        if family == "gpt_oss":
+        if family == "olmo2":  # no window; norms over the width
+            config = transformers.Olmo2Config(**{k: v for k, v in sizes.items() if k != "sliding_window"},
+                                              rms_norm_eps=1e-6)
+            model = transformers.Olmo2ForCausalLM(config)
+        elif family == "qwen3":  # its norms (weights drawn below, not ones) and a base of its own
+            config = transformers.Qwen3Config(
+                **{**sizes, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
+                use_sliding_window=True, layer_types=["sliding_attention", "full_attention"])
+            model = transformers.Qwen3ForCausalLM(config)
+        elif family == "gpt_oss":
             config = transformers.GptOssConfig(**sizes, num_local_experts=2, num_experts_per_tok=1,
                                                experts_implementation="eager")  # (float64 too)
             model = transformers.GptOssForCausalLM(config)
@@ -70,15 +84,18 @@ def _model(family, seed=0, dtype=torch.float32):
 
 
 FROM = {"gpt_oss": from_gpt_oss_attention, "gemma2": from_gemma2_attention,
-        "bloom": from_bloom_attention}
+        "bloom": from_bloom_attention, "qwen3": from_qwen3_attention, "olmo2": from_olmo2_attention}
 
 
 def _to(family, layer, attn):
     """The book's ``layer`` back as ``family``'s layer, shaped as ``attn`` (window, scale)."""
     if family == "bloom":
         return to_bloom_attention(layer)
-    if family == "gpt_oss":
-        return to_gpt_oss_attention(layer, sliding_window=attn.sliding_window)
+    if family == "olmo2":
+        return to_olmo2_attention(layer)
+    if family in ("gpt_oss", "qwen3"):
+        to = to_gpt_oss_attention if family == "gpt_oss" else to_qwen3_attention
+        return to(layer, sliding_window=attn.sliding_window)
     return to_gemma2_attention(layer, sliding_window=attn.sliding_window,
                                query_pre_attn_scalar=attn.config.query_pre_attn_scalar)
 
@@ -149,13 +166,13 @@ def test_both_ways_equal_eager_attention(family, side, dtype):
         rows = real.bool()  # (B, L): the queries of real tokens
         torch.testing.assert_close(got[rows], theirs[rows], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(again, theirs, rtol=1e-5, atol=1e-5)
-    expected = ["causal()"] * 2 if family == "bloom" else [f"sliding_window({WINDOW})", "causal()"]
+    expected = ["causal()"] * 2 if family in ("bloom", "olmo2") else [f"sliding_window({WINDOW})", "causal()"]
     assert kinds == expected
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_scores_matter(family):
-    """Without what the converter maps (sinks, cap and scale, ALiBi) the outputs differ."""
+    """Without what the converter maps (sinks, cap and scale, ALiBi, QK-norm) the outputs differ."""
     model, attns = _model(family)
     ids, real = _padded(2, 8, "right", seed=2)
     attn, args, kw, theirs = _record(model, attns, ids, use_cache=False)[0]
@@ -163,8 +180,8 @@ def test_the_scores_matter(family):
     ours = FROM[family](attn)
     plain = GroupedQueryAttention if family != "bloom" else MultiHeadAttention
     s = ours.settings
-    bare = plain(**{**vars(s), "score_mod": None, "sink_logits": False}).eval()
-    bare.load_state_dict({k: v for k, v in ours.state_dict().items() if k != "sink_logits"})
+    bare = plain(**{**vars(s), **MultiHeadAttention.OPTIONS}).eval()  # every option at its default
+    bare.load_state_dict({k: v for k, v in ours.state_dict().items() if k in bare.state_dict()})
     with torch.no_grad():
         torch.testing.assert_close(ours(x, x, x, mask=layer_mask(attn)), theirs, rtol=1e-5, atol=1e-5)
         assert (bare(x, x, x, mask=layer_mask(attn)) - theirs).abs().max() > 1e-2
@@ -293,6 +310,15 @@ def test_bad_input():
         to_bloom_attention(MultiHeadAttention(8, 8, 8, 8, 2, 0.0))  # no ALiBi
     with pytest.raises(ValueError, match="mha"):
         to_bloom_attention(capped)
+    with pytest.raises(ValueError, match="qk_norm"):
+        to_qwen3_attention(GroupedQueryAttention(8, 2, 1, 0.0, rope=True))  # no QK-norm
+    with pytest.raises(ValueError, match="gqa"):
+        to_qwen3_attention(GroupedQueryAttention(8, 2, 1, 0.0, qk_norm="width", rope=True))
+    with pytest.raises(ValueError, match="gqa"):
+        to_olmo2_attention(GroupedQueryAttention(8, 2, 1, 0.0, qk_norm="head", rope=True))
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention
+    with pytest.raises(ValueError, match="rms_norm_eps"):  # (the default, 1e-5: not the book's norm)
+        from_olmo2_attention(Olmo2Attention(transformers.Olmo2Config(hidden_size=16, num_attention_heads=2), 0))
 
 
 def test_layer_mask_of_llama_and_mistral():
@@ -323,10 +349,12 @@ def test_round_trip_keeps_every_option(family, Hkv, g, half, dropout, bias, cap,
         s = dataclasses.replace(s, bias=True)
     else:
         s = GroupedQueryAttention.Settings(D, H, Hkv, dropout, bias, rope=True,
-                                           score_mod=None if family == "gpt_oss" or cap is None else softcap(cap),
-                                           sink_logits=family == "gpt_oss")
+                                           score_mod=None if family != "gemma2" or cap is None else softcap(cap),
+                                           sink_logits=family == "gpt_oss",
+                                           qk_norm={"qwen3": "head", "olmo2": "width"}.get(family))
         layer = build(GroupedQueryAttention, s).train(training)
-        to = to_gpt_oss_attention if family == "gpt_oss" else to_gemma2_attention
+        to = {"gpt_oss": to_gpt_oss_attention, "gemma2": to_gemma2_attention,
+              "qwen3": to_qwen3_attention, "olmo2": lambda m, sliding_window: to_olmo2_attention(m)}[family]
         back = FROM[family](to(layer, sliding_window=window))
     assert back.settings == s and back.training == training
     x = torch.randn(2, 5, D)

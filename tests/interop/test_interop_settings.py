@@ -26,7 +26,7 @@ from mha_lib.interop import (
 )
 
 OPTIONS = {"key_size", "query_size", "value_size", "d_model", "num_heads", "dropout", "bias",
-           "output_size", "score_mod", "sink_logits", "gate"}
+           "output_size", "score_mod", "sink_logits", "gate", "qk_norm"}
 
 
 @st.composite
@@ -39,15 +39,17 @@ def mha_settings(draw):
                                     draw(st.none() | st.just(D) | st.integers(1, 5)),
                                     draw(st.sampled_from([None, None, alibi(H), softcap(2.0)])),
                                     draw(st.sampled_from([False, False, True])),
-                                    draw(st.sampled_from([None, None, "head", "element"])))
+                                    draw(st.sampled_from([None, None, "head", "element"])),
+                                    draw(st.sampled_from([None, None, "head", "width", "l2"])))
     assert {f.name for f in dataclasses.fields(s)} == OPTIONS  # a new option: test it here
     return s
 
 
 def _refused_scores(s, convert) -> bool:
-    """A layer with a score modification, sink logits or a gate: the converter refuses it by name."""
+    """A layer with a score modification, sink logits, a gate or QK-norm: the converter refuses
+    it by name."""
     name = ("score_mod" if s.score_mod is not None else "sink_logits" if s.sink_logits
-            else "gate" if s.gate is not None else None)
+            else "gate" if s.gate is not None else "qk_norm" if s.qk_norm is not None else None)
     if name is not None and s.query_size == s.d_model == (s.output_size or s.d_model) == s.key_size == s.value_size:
         with pytest.raises(ValueError, match=f"has no {name}"):
             convert()
