@@ -207,12 +207,14 @@ def _real_tokens(valid_lens, cache, B: int, L: int, device) -> Tensor:
     if cache is not None:
         raise ValueError("valid_lens must be None with a cache (decode the real tokens only)")
     lens = torch.as_tensor(valid_lens, device=device)
+    expected = (f"valid_lens must be None, (B,) = ({B},) lengths in [1, {L}] or the causal (B, L) lengths "
+                f"min(i + 1, n_b) (these layers are causal only), got ")
+    if lens.shape not in ((B,), (B, L)) or lens.is_floating_point() or lens.is_complex() or lens.dtype == torch.bool:
+        raise ValueError(expected + f"{lens.dtype} of shape {tuple(lens.shape)}")
     n = lens[:, -1] if lens.dim() == 2 else lens  # (B,): each row's real tokens
     causal_lens = torch.minimum(torch.arange(1, L + 1, device=device), n[:, None])  # (B, L)
-    if lens.shape not in ((B,), (B, L)) or lens.is_floating_point() or bool((n < 1).any() | (n > L).any()) \
-            or (lens.dim() == 2 and not torch.equal(lens, causal_lens)):
-        raise ValueError(f"valid_lens must be None, (B,) = ({B},) lengths in [1, {L}] or the causal (B, L) lengths "
-                         f"min(i + 1, n_b) (these layers are causal only), got {lens.tolist()!s:.80}")
+    if bool((n < 1).any() | (n > L).any()) or (lens.dim() == 2 and not torch.equal(lens, causal_lens)):
+        raise ValueError(expected + f"{lens.tolist()!s:.80}")
     return torch.arange(L, device=device) < n[:, None]  # (B, L)
 
 

@@ -145,6 +145,8 @@ def test_bad_calls_are_refused_by_name(layer_class):
         (dict(valid_lens=torch.full((2, 5), 5)), "valid_lens"),  # every key: not causal
         (dict(valid_lens=torch.tensor([0, 5])), "valid_lens"),
         (dict(valid_lens=torch.tensor([6, 5])), "valid_lens"),
+        (dict(valid_lens=torch.tensor(5)), "valid_lens"),
+        (dict(valid_lens=torch.tensor([5.0, 5.0])), "valid_lens"),
         (dict(positions=torch.arange(5)), "positions"),
         (dict(head_mask=torch.ones(3)), "head_mask"),
         (dict(cache=object()), "cache"),
