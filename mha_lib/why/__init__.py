@@ -19,6 +19,9 @@ a variant of chapter 12's story model takes one to three minutes (1500 steps):
 * :data:`TODAY` the experiments of today's attention (chapter 12c): ``sinks``, ``gated``,
   ``mla`` on the story model (:mod:`mha_lib.why.modern_runs`), and ``rope_length``, RoPE past
   its training length and position interpolation (:mod:`mha_lib.why.length_runs`)
+* :data:`STATE` what softmax buys: ``linear``, the story model with linear attention, DeltaNet,
+  Gated DeltaNet (:mod:`mha_lib.linear`) in every layer or below softmax, and its threat
+  ``linear_deep`` (four layers, the 3:1 hybrid), in :mod:`mha_lib.why.linear_runs`
 
 The results of a run are deterministic on one machine; on another CPU the numbers differ a
 little (training amplifies the last bits of the kernels), the directions of the claims do not.
@@ -29,6 +32,7 @@ from __future__ import annotations
 from mha_lib.why._common import Experiment, Outcome, check_seed_and_steps
 from mha_lib.why.digit_runs import heads_trial, kv_heads_trial, output_trial, scale_trial
 from mha_lib.why.length_runs import LENGTH_VARIANTS, length_trial
+from mha_lib.why.linear_runs import LINEAR_DEEP_VARIANTS, LINEAR_VARIANTS, linear_deep_trial, linear_trial
 from mha_lib.why.modern_runs import (
     CACHES,
     GATE_LRS,
@@ -50,7 +54,7 @@ from mha_lib.why.threats import (
     unseen_offsets_trial,
 )
 
-__all__ = ["CLAIMS", "EXPERIMENTS", "Experiment", "THREATS", "TODAY", "load_results", "run", "run_outcomes"]
+__all__ = ["CLAIMS", "EXPERIMENTS", "Experiment", "STATE", "THREATS", "TODAY", "load_results", "run", "run_outcomes"]
 
 EXPERIMENTS: dict[str, Experiment] = {
     experiment.name: experiment
@@ -253,19 +257,47 @@ EXPERIMENTS: dict[str, Experiment] = {
             variants=("learned W_o", "no W_o (identity)"), metric="loss", higher_is_better=False,
             steps=1500, differs="the identity W_o is not trained: 2 x (D x D + D) = 8,320 fewer parameters",
             where="13_why", trial=output_story_trial, threatens="output"),
+        # --- what softmax buys: a fixed-size state in place of attention (mha_lib.linear) ---------
+        Experiment(
+            name="linear",
+            question="What does softmax buy: which links does a fixed-size state lose?",
+            claim="Chapter 12's story model with softmax attention, linear attention, DeltaNet or Gated "
+                  "DeltaNet in both layers, or Gated DeltaNet below softmax (1:1, the two layers it has): "
+                  "the held-out loss and the accuracy at each relation's links by the distance between "
+                  "the linked tokens, against the bytes a story needs while decoding.",
+            variants=tuple(LINEAR_VARIANTS), metric="recall", higher_is_better=True, steps=1500,
+            differs="linear attention adds no parameter; DeltaNet adds W_beta (D x H + H = 260 a layer), "
+                    "Gated DeltaNet W_beta and W_alpha (520 a layer); the linear layers have no RoPE (the "
+                    "state reads the tokens in order)",
+            where="12d_what_softmax_buys", trial=linear_trial),
+        Experiment(
+            name="linear_deep",
+            question="Does the 3:1 hybrid of 2025's models keep what softmax buys, four layers deep?",
+            claim="(threat to linear) The story model with four layers: softmax in every layer, Gated "
+                  "DeltaNet in every layer, and three Gated DeltaNet layers below one softmax layer "
+                  "(Qwen3-Next's and Kimi Linear's ratio).",
+            variants=tuple(LINEAR_DEEP_VARIANTS), metric="recall", higher_is_better=True, steps=1500,
+            differs="four layers instead of two (about 100,000 parameters more); Gated DeltaNet adds 520 "
+                    "parameters a layer",
+            where="12d_what_softmax_buys", trial=linear_deep_trial, threatens="linear"),
     )
 }
-"""Every experiment, by name: the claims, then their threats, then today's attention."""
+"""Every experiment, by name: the claims, then their threats, then today's attention, then what
+softmax buys."""
 
 TODAY: tuple[str, ...] = ("sinks", "gated", "mla", "rope_length")
 """The experiments of chapter 12c (today's attention)."""
 
+STATE: tuple[str, ...] = ("linear",)
+"""What softmax buys: the story model with a fixed-size state (:mod:`mha_lib.linear`) in place of
+attention, in every layer or below softmax (:mod:`mha_lib.why.linear_runs`)."""
+
 CLAIMS: tuple[str, ...] = tuple(name for name, e in EXPERIMENTS.items()
-                                if not e.threatens and name not in TODAY)
+                                if not e.threatens and name not in TODAY + STATE)
 """The design-choice experiments that make a claim (chapter 13's table)."""
 
 THREATS: dict[str, tuple[str, ...]] = {
-    claim: tuple(name for name, e in EXPERIMENTS.items() if e.threatens == claim) for claim in CLAIMS + TODAY
+    claim: tuple(name for name, e in EXPERIMENTS.items() if e.threatens == claim) for claim in CLAIMS + TODAY + STATE
 }
 """claim -> the threat runs that could overturn it (``output`` has none: its claim is worded to
 what the run shows, that the MLP mixes the heads too)."""

@@ -1,0 +1,63 @@
+"""What softmax buys (issue 48): the story model with linear attention, DeltaNet, Gated DeltaNet
+and a hybrid keeps the contract of ``why.run``, its parameters differ only by the new layers'
+own, the state's bytes do not grow with the story, and the accuracy by distance adds up."""
+
+import math
+
+from mha_lib.lm import evaluate, held_out_stories
+from mha_lib.stories import RELATIONS
+from mha_lib.why import EXPERIMENTS, STATE, THREATS, load_results, run
+from mha_lib.why.linear_runs import LINEAR_VARIANTS, _accuracy_by_distance, _measured
+from mha_lib.why.modern_runs import story_config, story_run
+from mha_lib.why.results import LEARNED
+
+
+def test_the_experiment_keeps_the_contract_and_names_its_parameters():
+    assert STATE == ("linear",) and THREATS["linear"] == ("linear_deep",)
+    runs = run("linear", 0, steps=2)
+    assert list(runs) == list(EXPERIMENTS["linear"].variants) == list(LINEAR_VARIANTS)
+    for metrics in runs.values():
+        assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())
+        assert {"loss", "cpu_seconds", "decode_bytes_per_story", *RELATIONS} <= set(metrics)
+        assert {"recall 16-31", "recall 32-79", "possession 1-15", "antecedent 1-15"} <= set(metrics)
+    params = {name: m["params"] for name, m in runs.items()}
+    D, H = 64, 4
+    assert params["linear"] == params["softmax"]  # the same four projections a layer
+    assert params["DeltaNet"] == params["softmax"] + 2 * (D * H + H)  # W_beta in both layers
+    assert params["Gated DeltaNet"] == params["softmax"] + 4 * (D * H + H)  # and W_alpha
+    assert params["hybrid 1:1 (GDN, softmax)"] == params["softmax"] + 2 * (D * H + H)
+    # decoding: the KV cache grows with the story, a state does not (float32 bytes)
+    kv_per_token = 2 * 2 * D * 4  # K and V, two layers
+    assert runs["softmax"]["decode_bytes_at_1000"] == 1000 * kv_per_token
+    for name in ("linear", "DeltaNet", "Gated DeltaNet"):
+        assert runs[name]["decode_bytes_at_1000"] == runs[name]["decode_bytes_per_story"] < 10_000
+    assert runs["hybrid 1:1 (GDN, softmax)"]["decode_bytes_at_1000"] == 1000 * kv_per_token / 2 + H * 16 * 16 * 4
+
+
+def test_the_accuracy_by_distance_adds_up_to_the_accuracy_at_the_links():
+    model = story_run(story_config(0, 2))[0].model
+    stories = held_out_stories(64)
+    overall = evaluate(model, stories)
+    for relation, counts in _accuracy_by_distance(model, stories).items():
+        right, links = (sum(c[k] for c in counts.values()) for k in (0, 1))
+        assert links == sum(len(s.links.get(relation, ())) for s in stories)
+        assert math.isclose(right / links, overall[relation])
+
+
+def test_only_the_runs_of_issue_48_are_still_to_ship():
+    assert set(EXPERIMENTS) - set(load_results()["experiments"]) <= {"linear", "linear_deep"}
+
+
+def test_at_600_steps_linear_attention_misses_the_recall_links_that_softmax_and_the_delta_rule_learn():
+    # seed 1 at 600 steps (this machine: recall 1.0 softmax, 0.25 linear attention, 1.0 DeltaNet,
+    # 1.0 the hybrid; loss 1.163, 1.266, 1.166, 1.145): the direction, with margins. Linear
+    # attention is slower, not unable: at 1500 steps seed 0 learned recall at step 700.
+    config = story_config(1, 600)
+    runs = {name: _measured(config, LINEAR_VARIANTS[name]).metrics
+            for name in ("softmax", "linear", "DeltaNet", "hybrid 1:1 (GDN, softmax)")}
+    for name in ("softmax", "DeltaNet", "hybrid 1:1 (GDN, softmax)"):
+        assert runs[name]["recall"] > 0.9 and runs[name]["recall 32-79"] > 0.9
+    assert runs["linear"]["recall"] < LEARNED
+    assert runs["linear"]["loss"] > max(runs[name]["loss"] for name in ("softmax", "DeltaNet")) + 0.05
+    assert runs["hybrid 1:1 (GDN, softmax)"]["loss"] < runs["softmax"]["loss"] + 0.03
+    assert runs["DeltaNet"]["decode_bytes_per_story"] < runs["softmax"]["decode_bytes_per_story"] / 5
