@@ -51,12 +51,24 @@ def figure_description(figure: dict) -> str:
     return "Figure (no description given)."
 
 
+def _rounded(value, digits: int = 6):
+    """``value`` with its floats to ``digits`` significant digits (a figure's numbers as the
+    page needs them: 17 digits of a float64 draw the same picture and weigh three times as much)."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}") if value == value and abs(value) != float("inf") else value
+    if isinstance(value, list):
+        return [_rounded(v, digits) for v in value]
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    return value
+
+
 def figure_html(figure: dict) -> str:
     """HTML for a plotly figure dict: a div with a deterministic id and an ``mhaPlot`` script."""
     payload = json.dumps(figure, sort_keys=True, separators=(",", ":"))
     div_id = "plotly-" + hashlib.sha1(payload.encode()).hexdigest()[:12]
-    data = json.dumps(figure.get("data", []), separators=(",", ":"))
-    layout = json.dumps(figure.get("layout", {}), separators=(",", ":"))
+    data = json.dumps(_rounded(figure.get("data", [])), separators=(",", ":"))
+    layout = json.dumps(_rounded(figure.get("layout", {})), separators=(",", ":"))
     config = json.dumps({**CONFIG, **figure.get("config", {})})
     script = f'mhaPlot("{div_id}", {data}, {layout}, {config});'.replace("</", "<\\/")
     label = html.escape(figure_description(figure), quote=True)
