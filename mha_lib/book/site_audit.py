@@ -25,8 +25,8 @@ from pathlib import Path
 
 from mha_lib.book.loopback import serve
 
-__all__ = ["cut_off_blocks", "figure_controls", "key_presses_to", "listing_share", "main",
-           "search_results", "stray_reprs", "table_problems"]
+__all__ = ["cut_off_blocks", "key_presses_to", "main",
+           "search_results"]
 
 # Every code (cell input, listing) and output block of the article: whether a line runs past
 # its right edge, and whether it then shows a cue that it scrolls (a shadow on that edge).
@@ -125,24 +125,24 @@ def cut_off_blocks(page) -> list[dict]:
     return page.evaluate(_BLOCKS_JS)
 
 
-def table_problems(page) -> dict:
+def _table_problems(page) -> dict:
     """``pipe_tables`` (Markdown tables shown as text) and ``broken_words`` (words of a table
     cell broken across two lines) of the page."""
     return page.evaluate(_TABLES_JS)
 
 
-def stray_reprs(page) -> list[str]:
+def _stray_reprs(page) -> list[str]:
     """Object reprs with a memory address in the page's outputs."""
     return page.evaluate(_REPRS_JS)
 
 
-def figure_controls(page) -> dict:
+def _figure_controls(page) -> dict:
     """``plotly_controls``: plotly's own sliders and menus drawn on the page (out of reach of
     Tab); ``html_controls``: the book's controls of figures, each with ``tabbable``."""
     return page.evaluate(_FIGURE_CONTROLS_JS)
 
 
-def listing_share(blocks: list[dict]) -> tuple[int, int]:
+def _listing_share(blocks: list[dict]) -> tuple[int, int]:
     """(listings whose lines run past their right edge, listings) among :func:`cut_off_blocks`."""
     listings = [b for b in blocks if b["kind"] == "listing"]
     return sum(bool(b["hidden_px"]) for b in listings), len(listings)
@@ -219,7 +219,7 @@ def _pages_report(browser, base: str, site: Path, name: str, viewport: dict) -> 
         page.on("requestfinished", lambda r: sizes.__setitem__(r.url, r.sizes()["responseBodySize"]))
         page.goto(base + path, wait_until="load")
         page.wait_for_load_state("networkidle")
-        tables, reprs, controls = table_problems(page), stray_reprs(page), figure_controls(page)
+        tables, reprs, controls = _table_problems(page), _stray_reprs(page), _figure_controls(page)
         untabbable = [c["id"] for c in controls["html_controls"] if not c["tabbable"]]
         found = {"pipe": len(tables["pipe_tables"]), "broken": len(tables["broken_words"]),
                  "reprs": len(reprs), "plotly": controls["plotly_controls"], "untabbable": len(untabbable)}
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                 for path in _pages(args.site):
                     page.goto(base + path, wait_until="load")
                     blocks = cut_off_blocks(page)
-                    over_listings, all_listings = listing_share(blocks)
+                    over_listings, all_listings = _listing_share(blocks)
                     listed, listings = listed + over_listings, listings + all_listings
                     over = [b for b in blocks if b["hidden_px"]]
                     total, cut = total + len(blocks), cut + len(over)

@@ -39,8 +39,8 @@ import re
 import pytest
 
 from conftest import VIEWPORTS, serious_axe_violations, toc_pages
-from mha_lib.book.site_audit import (cut_off_blocks, figure_controls, listing_share, stray_reprs,
-                                     table_problems)
+from mha_lib.book.site_audit import (cut_off_blocks, _figure_controls, _listing_share, _stray_reprs,
+                                     _table_problems)
 
 MAX_PAGE_BYTES = 3_100_000  # transferred on a first visit (the test server does not compress); chapter 5 with the code in the wild weighs 3.05 MB
 PAGES = toc_pages()
@@ -162,7 +162,7 @@ def _check_blocks(page, path: str, problems: list[str]) -> None:
 def _check_listings_fit(blocks: list[dict], problems: list[str]) -> None:
     """At a laptop's width, at most 5% of the page's listings (show_source, code in the prose)
     scroll sideways: show_source breaks the library's long lines (mha_lib.book.show)."""
-    over, listings = listing_share(blocks)
+    over, listings = _listing_share(blocks)
     if over > 0.05 * listings:
         wide = [(b["text"][:40], b["hidden_px"]) for b in blocks if b["kind"] == "listing" and b["hidden_px"]]
         problems.append(f"{over} of {listings} listings scroll sideways at 1366 px: {wide[:4]}")
@@ -170,12 +170,12 @@ def _check_listings_fit(blocks: list[dict], problems: list[str]) -> None:
 
 def _check_tables_and_outputs(page, problems: list[str]) -> None:
     """Tables render as tables, their words whole; no object repr leaked into an output."""
-    tables = table_problems(page)
+    tables = _table_problems(page)
     if tables["pipe_tables"]:
         problems.append(f"Markdown tables shown as pipe text: {tables['pipe_tables'][:3]}")
     if tables["broken_words"]:
         problems.append(f"words broken inside table cells: {tables['broken_words'][:8]}")
-    reprs = stray_reprs(page)
+    reprs = _stray_reprs(page)
     if reprs:
         problems.append(f"object reprs in outputs: {reprs[:3]}")
 
@@ -183,7 +183,7 @@ def _check_tables_and_outputs(page, problems: list[str]) -> None:
 def _check_figure_controls(page, problems: list[str]) -> None:
     """Every control of a figure is the book's HTML control, in the Tab order (plotly's own
     sliders and menus are SVG that Tab never reaches)."""
-    controls = figure_controls(page)
+    controls = _figure_controls(page)
     if controls["plotly_controls"]:
         problems.append(f"{controls['plotly_controls']} plotly slider(s)/menu(s) out of reach of Tab")
     untabbable = [c["id"] for c in controls["html_controls"] if not c["tabbable"]]
