@@ -552,6 +552,15 @@
     }
     return hi;
   }
+  function readableLab(L, A, B, alpha, pal) {
+    // fromLab at lightness L or a little more: rounding to 8-bit channels (and the chroma given
+    // up to stay in gamut) can leave a colour bisected to exactly 3:1 just under it
+    for (var i = 0; i < 40; i++, L = Math.min(100, L + 0.25)) {
+      var out = fromLab(L, A, B, alpha);
+      if (contrast(luminance(rgba(out)), pal.bgY) >= MIN_CONTRAST || L >= 100) return out;
+    }
+    return out;
+  }
   function neutral(c) { var l = lab(c); return Math.sqrt(l[1] * l[1] + l[2] * l[2]) < 6; }
   window.mhaDarkData = function (data) {
     // Black and greys (a reference line, e.g. "full cache") are inverted as the chrome is: black
@@ -571,7 +580,7 @@
           var c = trace[path[0]] && rgba(trace[path[0]][path[1]]);
           if (!c || !neutral(c)) return;
           var part = {}, l = lab(rgba(invert(trace[path[0]][path[1]], pal)));
-          part[path[1]] = fromLab(Math.max(l[0], readable(pal)), l[1], l[2], c[3]);  // 3:1 at least
+          part[path[1]] = readableLab(Math.max(l[0], readable(pal)), l[1], l[2], c[3], pal);  // 3:1 at least
           copy[path[0]] = Object.assign({}, trace[path[0]], part);
         });
         return copy;
@@ -586,7 +595,10 @@
       var mid = (lo + hi) / 2;
       if (contrast(finv((mid + 16) / 116), pal.bgY) < MIN_CONTRAST) lo = mid; else hi = mid;
     }
-    if (hi - darkest < 0.5) return data;
+    if (darkest >= hi) {  // every colour already reaches 3:1 (none is left a little under it)
+      if (greys) themed.add(data);
+      return data;
+    }
     var k = (hi - darkest) / (100 - darkest);
     var out = data.map(function (trace) {
       var copy = Object.assign({}, trace);
@@ -594,7 +606,7 @@
         var c = trace[path[0]] && rgba(trace[path[0]][path[1]]);
         if (!c || neutral(c)) return;  // (already inverted above)
         var l = lab(c), part = {};
-        part[path[1]] = fromLab(l[0] + k * (100 - l[0]), l[1], l[2], c[3]);
+        part[path[1]] = readableLab(l[0] + k * (100 - l[0]), l[1], l[2], c[3], pal);
         copy[path[0]] = Object.assign({}, trace[path[0]], part);
       });
       return copy;
