@@ -49,6 +49,20 @@ def _describe(fig: go.Figure, text: str) -> go.Figure:
     return fig
 
 
+def _legend_above(title: str, names: list[str], width: int = 560) -> dict:
+    """Layout: ``title`` at the top, a horizontal legend below it and above the plot, and the top
+    margin that holds both: ``names`` packed into rows of ``width`` px (a desktop plot's narrowest;
+    about 40 px for the symbol plus 7 px a character per entry), 22 px a row below the title."""
+    rows, used = 1, 0
+    for name in names:
+        entry = 40 + 7 * len(name)
+        if used and used + entry > width:
+            rows, used = rows + 1, 0
+        used += entry
+    return dict(title=dict(text=title, y=1, yref="container", yanchor="top", pad=dict(t=14)),
+                legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"), top=56 + 22 * rows)
+
+
 def _below(menu: dict, y: float) -> dict:
     """A control below the plot, clear of the x axis's title (the phone layout puts the
     legend above the plot, so below is free on every screen)."""
@@ -315,10 +329,10 @@ def cost_figure(name: str, results: dict | None = None) -> go.Figure:
     xaxis = dict(title="variant") if name not in _CACHED else dict(
         title="numbers cached per token and layer", type="log", tickvals=sorted(set(sizes)),
         range=[math.log10(min(sizes)) - 0.15, math.log10(max(sizes)) + 0.15])  # room for side by side
+    top = _legend_above(title, variants)
     fig.update_layout(
-        title=title, height=460, margin=dict(l=70, r=20, t=90, b=130), xaxis=xaxis,
-        yaxis=dict(title=_METRICS[metrics[0]]),
-        legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
+        title=top["title"], legend=top["legend"], height=370 + top["top"],
+        margin=dict(l=70, r=20, t=top["top"], b=130), xaxis=xaxis, yaxis=dict(title=_METRICS[metrics[0]]),
         updatemenus=[_below(dict(type="dropdown", direction="up", active=0, buttons=buttons,
                                  showactive=True), -0.3)])
     return _describe(fig, f"The {name} experiment's variants ({', '.join(variants)}): a metric "
@@ -366,11 +380,11 @@ def learning_figure(name: str, relation: str = "possession", results: dict | Non
     buttons = [dict(label=label(variant), method="update",
                     args=[{"visible": [k // n == v for k in range(n * len(variants))] + [True]}])
                for v, variant in enumerate(variants)]
+    top = _legend_above(f"When each seed learned the {relation} links", [f"seed {seed}" for seed in seeds])
     fig.update_layout(
-        title=f"When each seed learned the {relation} links", height=480,
-        margin=dict(l=70, r=20, t=90, b=140), xaxis=dict(title="training step", range=[0, steps]),
-        yaxis=dict(title=f"accuracy at the {relation} links", range=[0, 1]),
-        legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
+        title=top["title"], legend=top["legend"], height=390 + top["top"],
+        margin=dict(l=70, r=20, t=top["top"], b=140), xaxis=dict(title="training step", range=[0, steps]),
+        yaxis=dict(title=f"accuracy at the {relation} links", range=[-0.04, 1.04]),  # clear of x's 0
         updatemenus=[_below(dict(type="dropdown", direction="up", active=0, buttons=buttons,
                                  showactive=True), -0.25)])
     return _describe(fig, f"The {name} experiment: the accuracy at the {relation} links during "
