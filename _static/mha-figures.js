@@ -367,6 +367,10 @@
 
   window.mhaPlot = function (id, data, layout, config) {
     var gd = document.getElementById(id);
+    var templates = window.mhaTemplates || {};  // a template the page writes once (plotly_mime.share_templates)
+    if (layout && typeof layout.template === "string" && templates[layout.template]) {
+      layout = Object.assign({}, layout, {template: templates[layout.template]});
+    }
     var shown = null;
     var state = {data: data, layout: layout}, controls = convertible(layout);
     function chosenFor() {

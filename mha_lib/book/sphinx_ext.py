@@ -15,6 +15,9 @@
   also links Font Awesome's CSS and web fonts, which draw the same icons), and cuts that CSS
   and the solid web font down to the icons the built pages and stylesheets use (250 kB -> a
   few kB; :func:`subset_fontawesome`, with fontTools);
+* writes plotly's template (6 kB of JSON that every figure made in Python carries) once per
+  page instead of once per figure (:func:`mha_lib.book.plotly_mime.share_templates`; 85 kB
+  fewer on the bug zoo's page);
 * gives the entries of the References list the role their list needs (``listitem``);
 * keeps live ipywidgets off the website: a notebook executed during the build stores its
   widgets' state (megabytes of JavaScript for a plotly ``FigureWidget``), and myst-nb would
@@ -46,6 +49,8 @@ import re
 from pathlib import Path
 
 from sphinx.util import logging
+
+from mha_lib.book.plotly_mime import share_templates
 
 __all__ = ["setup"]
 
@@ -440,6 +445,7 @@ def _lighten_pages(app, exception) -> None:
     for page in outdir.rglob("*.html"):
         html = page.read_text(encoding="utf-8")
         lighter = fix_citation_roles(strip_plain_code_spans(strip_code_styles(strip_fontawesome_js(html))))
+        lighter = share_templates(lighter)
         if lighter != html:
             page.write_text(lighter, encoding="utf-8")
     subset_fontawesome(outdir)

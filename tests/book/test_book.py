@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import yaml
 
 from mha_lib.book import notebooks
-from mha_lib.book.plotly_mime import PLOTLY_MIME, PlotlyMimeRenderer, figure_html
+from mha_lib.book.plotly_mime import PLOTLY_MIME, PlotlyMimeRenderer, figure_html, share_templates
 from mha_lib.book import sphinx_ext
 
 LIBRARY_DEFINITIONS = re.compile(
@@ -129,6 +129,19 @@ def test_highlighted_code_loses_only_the_spans_drawn_in_the_blocks_own_colour():
     assert sphinx_ext.strip_plain_code_spans(page) == (
         '<div class="highlight"><pre><span class="k">def</span> <span class="nf">f</span>(x):</pre></div>'
         '<p><span class="n">kept</span></p>')
+
+
+def test_a_page_writes_each_plotly_template_once():
+    line = json.loads(go.Figure(go.Scatter(y=[1, 2], name="a </b> name")).to_json())
+    heat = json.loads(go.Figure(go.Heatmap(z=[[0, 1]])).to_json())
+    page = f"<main>{figure_html(line)}<p>text</p>{figure_html(heat)}</main>"
+    shared = share_templates(page)
+    assert shared.count("(window.mhaTemplates = ") == 1 and len(shared) < len(page) - 5000
+    assert share_templates(shared) == shared  # a page already shared stays as it is
+    keys = re.findall(r'"template":"(mha-template-[0-9a-f]+)"', shared)
+    assert len(keys) == 2 and keys[0] == keys[1]
+    assert f'["{keys[0]}"] = ' in shared.split("mhaPlot(")[0]  # defined before the first figure
+    assert '"a <\\/b> name"' in shared  # still escaped inside the script
 
 
 def test_figure_numbers_are_written_to_six_significant_digits():
