@@ -8,6 +8,10 @@
  * figure's own phone axes from layout.meta.narrow_axes (e.g. fewer tick labels) on top. Crossing
  * the threshold (rotating the phone, resizing the window) redraws with the other layout.
  *
+ * Controls: a figure's own sliders and menus (layout.sliders, layout.updatemenus, which plotly
+ * draws in SVG, out of reach of Tab) are replaced by the book's HTML controls above the figure
+ * (figureControls below: range inputs, toggle buttons, selects; sticky, labelled, keyboard).
+ *
  * Dark mode (the theme's <html data-theme="dark">): every figure drawn on the page, by mhaPlot
  * or by the kernel-free explorers' own Plotly.react calls, is drawn with dark colours, and
  * redrawn when the reader switches the theme. The figure code describes the light figure only;
@@ -206,15 +210,189 @@
   window.mhaIsNarrow = isNarrow;
   window.mhaChooseLayout = chooseLayout;
 
+  /* The figure code's own controls (layout.sliders, layout.updatemenus: plotly draws them in
+   * SVG, out of reach of Tab) become the book's HTML controls above the figure, as the
+   * explorers': a range input per slider, a group of toggle buttons or a select per menu, with
+   * labels, arrows / Enter / Space, a focus ring and a touch-sized target; they stick under the
+   * header while the reader scrolls through the figure. A control applies its step to the light
+   * figure the figure code described (restyle / relayout / update, as plotly would), which is
+   * then drawn for the screen and theme (phone layout, dark colours) with Plotly.react.
+   * A figure with a control of another kind (e.g. "animate") keeps plotly's. */
+  function pathParts(path) { return String(path).replace(/\[(\d+)\]/g, ".$1").split("."); }
+  function setIn(obj, parts, value) {  // a copy of obj with the value at parts (copy on write)
+    if (!parts.length) return value;
+    var key = parts[0], copy = Array.isArray(obj) ? obj.slice() : Object.assign({}, obj || {});
+    copy[key] = setIn(obj ? obj[key] : undefined, parts.slice(1), value);
+    return copy;
+  }
+  function commandArgs(args) {  // ("attr", value, traces) or ({attr: value}, traces)
+    args = args || [];
+    if (typeof args[0] === "string") {
+      var update = {};
+      update[args[0]] = args[1];
+      return [update].concat(args.slice(2));
+    }
+    return args;
+  }
+  function restyled(data, update, traces) {
+    var out = data.slice();
+    var which = traces === undefined || traces === null ? data.map(function (_, i) { return i; })
+      : [].concat(traces);
+    Object.keys(update || {}).forEach(function (attr) {
+      var v = update[attr];
+      which.forEach(function (t, k) {
+        out[t] = setIn(out[t], pathParts(attr), Array.isArray(v) ? v[k % v.length] : v);
+      });
+    });
+    return out;
+  }
+  function relaidout(layout, update) {
+    var out = layout;
+    Object.keys(update || {}).forEach(function (key) { out = setIn(out, pathParts(key), update[key]); });
+    return out;
+  }
+  var METHODS = {restyle: 1, relayout: 1, update: 1, skip: 1};
+  function applied(state, step) {
+    var a = commandArgs(step.args);
+    if (step.method === "restyle") return {data: restyled(state.data, a[0], a[1]), layout: state.layout};
+    if (step.method === "relayout") return {data: state.data, layout: relaidout(state.layout, a[0])};
+    if (step.method === "update") {
+      return {data: restyled(state.data, a[0], a[2]), layout: relaidout(state.layout, a[1])};
+    }
+    return state;
+  }
+  function convertible(layout) {
+    var controls = (layout.sliders || []).map(function (s) { return s.steps || []; })
+      .concat((layout.updatemenus || []).map(function (m) { return m.buttons || []; }));
+    return controls.length > 0 && controls.every(function (steps) {
+      return steps.length > 0 && steps.every(function (s) { return METHODS[s.method || "restyle"]; });
+    });
+  }
+  function withoutControls(layout) {
+    // the room the figure code left below the plot for plotly's controls is given back
+    var out = Object.assign({}, layout), margin = layout.margin || {}, freed = 0;
+    if ((layout.sliders || []).length) freed = 60;
+    (layout.updatemenus || []).forEach(function (m) { if ((m.y === undefined ? 1 : m.y) < 0) freed = Math.max(freed, 45); });
+    delete out.sliders;
+    delete out.updatemenus;
+    if (freed && margin.b !== undefined) out.margin = Object.assign({}, margin, {b: Math.max(70, margin.b - freed)});
+    return out;
+  }
+  function plainLabel(text) {
+    return String(text === undefined ? "" : text).replace(/<br>/g, " ").replace(/<[^>]+>/g, "").trim();
+  }
+
+  function figureControls(gd, layout, onStep) {
+    var bar = document.createElement("div");
+    bar.className = "mha-explorer-controls mha-figure-controls";
+    bar.id = gd.id + "-controls";
+    function control(k, labelText, field) {
+      var box = document.createElement("div"), label = document.createElement("label");
+      box.className = "mha-control";
+      label.textContent = labelText;
+      label.id = gd.id + "-label-" + k;
+      box.appendChild(label);
+      if (field) {
+        label.htmlFor = field.id;
+        box.appendChild(field);
+      }
+      bar.appendChild(box);
+      return box;
+    }
+    (layout.sliders || []).forEach(function (slider, k) {
+      var steps = slider.steps, active = slider.active || 0;
+      var prefix = plainLabel((slider.currentvalue || {}).prefix) || plainLabel(slider.name) || "step";
+      var name = prefix.replace(/\s*[=:]\s*$/, "");
+      var input = document.createElement("input"), output = document.createElement("output");
+      input.type = "range";
+      input.id = gd.id + "-slider-" + k;
+      input.min = 0;
+      input.max = steps.length - 1;
+      input.step = 1;
+      input.value = active;
+      function show() {
+        var step = steps[+input.value], text = plainLabel(step.label !== undefined ? step.label : input.value);
+        output.textContent = text;
+        input.setAttribute("aria-valuetext", prefix + (/[=:]\s*$/.test(prefix) ? " " : ": ") + text);
+      }
+      show();
+      input.addEventListener("input", function () { show(); onStep(steps[+input.value]); });
+      var box = control("s" + k, name, input);
+      var label = box.querySelector("label");
+      label.appendChild(document.createTextNode(" "));
+      output.htmlFor = input.id;
+      label.appendChild(output);
+    });
+    (layout.updatemenus || []).forEach(function (menu, k) {
+      var buttons = menu.buttons, active = menu.active === undefined ? 0 : menu.active;
+      var name = plainLabel(menu.name) || "Show";
+      if (menu.type === "buttons") {
+        var group = document.createElement("div");
+        group.className = "mha-figure-buttons";
+        group.setAttribute("role", "group");
+        var box = control("m" + k, name, null);
+        group.setAttribute("aria-labelledby", box.querySelector("label").id);
+        buttons.forEach(function (b, i) {
+          var button = document.createElement("button");
+          button.type = "button";
+          button.className = "mha-figure-button";
+          button.textContent = plainLabel(b.label);
+          button.setAttribute("aria-pressed", String(i === active));
+          button.addEventListener("click", function () {
+            group.querySelectorAll("button").forEach(function (other) {
+              other.setAttribute("aria-pressed", String(other === button));
+            });
+            onStep(b);
+          });
+          group.appendChild(button);
+        });
+        box.appendChild(group);
+      } else {
+        var select = document.createElement("select");
+        select.id = gd.id + "-menu-" + k;
+        buttons.forEach(function (b, i) {
+          var option = document.createElement("option");
+          option.value = i;
+          option.textContent = plainLabel(b.label);
+          option.selected = i === active;
+          select.appendChild(option);
+        });
+        select.addEventListener("change", function () { onStep(buttons[+select.value]); });
+        control("m" + k, name, select);
+      }
+    });
+    gd.parentNode.insertBefore(bar, gd);
+    return bar;
+  }
+
   window.mhaPlot = function (id, data, layout, config) {
     var gd = document.getElementById(id);
+    var templates = window.mhaTemplates || {};  // a template the page writes once (plotly_mime.share_templates)
+    if (layout && typeof layout.template === "string" && templates[layout.template]) {
+      layout = Object.assign({}, layout, {template: templates[layout.template]});
+    }
     var shown = null;
+    var state = {data: data, layout: layout}, controls = convertible(layout);
+    function chosenFor() {
+      var chosen = chooseLayout(gd, controls ? withoutControls(state.layout) : state.layout, state.data);
+      if (controls) {  // a phone layout of the figure code's (meta.narrow) may name them again
+        delete chosen.sliders;
+        delete chosen.updatemenus;
+      }
+      return chosen;
+    }
     function draw(first) {
       var mode = isNarrow(gd) ? "narrow" : "wide";
       if (mode === shown) return null;
       shown = mode;
-      var chosen = chooseLayout(gd, layout, data);
-      return first ? Plotly.newPlot(gd, data, chosen, config) : Plotly.react(gd, data, chosen, config);
+      var chosen = chosenFor();
+      return first ? Plotly.newPlot(gd, state.data, chosen, config) : Plotly.react(gd, state.data, chosen, config);
+    }
+    if (controls) {
+      figureControls(gd, layout, function (step) {
+        state = applied(state, step);
+        Plotly.react(gd, state.data, chosenFor(), config);
+      });
     }
     window.addEventListener("resize", function () { draw(false); });
     return draw(true);
@@ -370,29 +548,69 @@
 
   // --- data ------------------------------------------------------------------------------
   var TRACE_COLORS = [["line", "color"], ["marker", "color"]];
+  function readable(pal) {  // the least CIELAB lightness with 3:1 contrast on the background
+    var lo = 0, hi = 100;
+    for (var i = 0; i < 30; i++) {
+      var mid = (lo + hi) / 2;
+      if (contrast(finv((mid + 16) / 116), pal.bgY) < MIN_CONTRAST) lo = mid; else hi = mid;
+    }
+    return hi;
+  }
+  function readableLab(L, A, B, alpha, pal) {
+    // fromLab at lightness L or a little more: rounding to 8-bit channels (and the chroma given
+    // up to stay in gamut) can leave a colour bisected to exactly 3:1 just under it
+    for (var i = 0; i < 40; i++, L = Math.min(100, L + 0.25)) {
+      var out = fromLab(L, A, B, alpha);
+      if (contrast(luminance(rgba(out)), pal.bgY) >= MIN_CONTRAST || L >= 100) return out;
+    }
+    return out;
+  }
+  function neutral(c) { var l = lab(c); return Math.sqrt(l[1] * l[1] + l[2] * l[2]) < 6; }
   window.mhaDarkData = function (data) {
-    var pal = palette(), darkest = null;
+    // Black and greys (a reference line, e.g. "full cache") are inverted as the chrome is: black
+    // becomes the theme's text colour, not a dim grey; the colours of the data are lightened.
+    var pal = palette(), darkest = null, greys = false;
     (data || []).forEach(function (trace) {
       TRACE_COLORS.forEach(function (path) {
         var c = trace[path[0]] && rgba(trace[path[0]][path[1]]);
-        if (c && c[3] > 0 && (darkest === null || lab(c)[0] < darkest)) darkest = lab(c)[0];
+        if (c && neutral(c)) greys = true;
+        else if (c && c[3] > 0 && (darkest === null || lab(c)[0] < darkest)) darkest = lab(c)[0];
       });
     });
-    if (darkest === null) return data;
+    if (greys) {
+      data = data.map(function (trace) {
+        var copy = Object.assign({}, trace);
+        TRACE_COLORS.forEach(function (path) {
+          var c = trace[path[0]] && rgba(trace[path[0]][path[1]]);
+          if (!c || !neutral(c)) return;
+          var part = {}, l = lab(rgba(invert(trace[path[0]][path[1]], pal)));
+          part[path[1]] = readableLab(Math.max(l[0], readable(pal)), l[1], l[2], c[3], pal);  // 3:1 at least
+          copy[path[0]] = Object.assign({}, trace[path[0]], part);
+        });
+        return copy;
+      });
+    }
+    if (darkest === null) {
+      if (greys) themed.add(data);
+      return data;
+    }
     var lo = darkest, hi = 100;  // bisect the lightness at which the darkest reaches 3:1
     for (var i = 0; i < 30; i++) {
       var mid = (lo + hi) / 2;
       if (contrast(finv((mid + 16) / 116), pal.bgY) < MIN_CONTRAST) lo = mid; else hi = mid;
     }
-    if (hi - darkest < 0.5) return data;
+    if (darkest >= hi) {  // every colour already reaches 3:1 (none is left a little under it)
+      if (greys) themed.add(data);
+      return data;
+    }
     var k = (hi - darkest) / (100 - darkest);
     var out = data.map(function (trace) {
       var copy = Object.assign({}, trace);
       TRACE_COLORS.forEach(function (path) {
         var c = trace[path[0]] && rgba(trace[path[0]][path[1]]);
-        if (!c) return;
+        if (!c || neutral(c)) return;  // (already inverted above)
         var l = lab(c), part = {};
-        part[path[1]] = fromLab(l[0] + k * (100 - l[0]), l[1], l[2], c[3]);
+        part[path[1]] = readableLab(l[0] + k * (100 - l[0]), l[1], l[2], c[3], pal);
         copy[path[0]] = Object.assign({}, trace[path[0]], part);
       });
       return copy;

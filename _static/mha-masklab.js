@@ -178,6 +178,7 @@
   }
 
   // --- the page -------------------------------------------------------------------------------
+  var MASKED = "#d9d9d9";  // mha_lib.viz.masks.MASKED_COLOUR
   var TILE_TEXT = ["skipped", "computed with the mask", "computed, no mask needed"];
   var config = {responsive: true, displaylogo: false, displayModeBar: false};
 
@@ -219,7 +220,11 @@
     layout.annotations = layout.annotations.map(function (a, p) {  // the panels' titles
       return p === 1 ? Object.assign({}, a, {text: scores ? "scores, modified" : "weights"}) : a;
     });
-    layout.shapes = [];  // the tiles' edges over the mask and the weights
+    // masked cells of the second panel (no weight, transparent) on a light grey: told apart from
+    // the lowest weight in both themes (a borderless data mark, which dark mode keeps as it is)
+    layout.shapes = [{type: "rect", xref: "x2", yref: "y2", x0: -0.5, x1: L - 0.5, y0: -0.5, y1: L - 0.5,
+                      layer: "below", fillcolor: MASKED, line: {width: 0}}];
+    // the tiles' edges over the mask and the weights
     ["x", "x2"].forEach(function (xa, p) {
       for (var e = spec.block; e < L; e += spec.block) {
         [[e - 0.5, -0.5, e - 0.5, L - 0.5], [-0.5, e - 0.5, L - 0.5, e - 0.5]].forEach(function (c) {

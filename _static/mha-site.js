@@ -11,6 +11,9 @@
  * theme than the one on screen, every time, and the choice is kept; until the reader chooses,
  * the site follows the system's dark setting (html_context.default_mode: auto in _config.yml).
  *
+ * Inline code: a <wbr> after each separator (_ . /) of a long identifier, so that it wraps
+ * there (in a narrow table cell, or a phone's line) rather than mid-name or not at all.
+ *
  * Skip links: on a page with an explorer, the theme's "Skip to main content" link is followed
  * by one link per explorer that moves the focus to its first control (two Tab presses and
  * Enter from the top of the page, instead of Tab through every link of the sidebars).
@@ -63,7 +66,7 @@
     var box = document.getElementById("pst-skip-link");
     if (!box || box.querySelector("[data-mha-skip]")) return;
     var targets = [];
-    document.querySelectorAll(".bd-article .mha-explorer-controls, .bd-article .mha-lm").forEach(function (root) {
+    document.querySelectorAll(".bd-article .mha-explorer-controls:not(.mha-figure-controls), .bd-article .mha-lm").forEach(function (root) {
       var control = root.querySelector("#lm-input") || root.querySelector("input, select, button");
       if (control && control.id) targets.push(control);
     });
@@ -96,7 +99,27 @@
     document.documentElement.style.setProperty("--mha-sticky-top", Math.round(bottom) + "px");
   }
 
+  function breakAtSeparators() {
+    document.querySelectorAll(".bd-article code.literal").forEach(function (code) {
+      if (code.dataset.mhaWbr) return;
+      code.dataset.mhaWbr = "1";
+      var walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT), texts = [];
+      while (walker.nextNode()) texts.push(walker.currentNode);
+      texts.forEach(function (node) {
+        var parts = node.nodeValue.split(/(?<=[A-Za-z0-9][_./])(?=[A-Za-z0-9])/);
+        if (parts.length < 2 || node.nodeValue.length < 12) return;
+        var frag = document.createDocumentFragment();
+        parts.forEach(function (part, i) {
+          if (i) frag.appendChild(document.createElement("wbr"));
+          frag.appendChild(document.createTextNode(part));
+        });
+        node.parentNode.replaceChild(frag, node);
+      });
+    });
+  }
+
   function ready() {
+    breakAtSeparators();
     stickyTop();
     tabStops();
     skipLinks();

@@ -208,8 +208,8 @@ class StoryLM(nn.Module):
         gates = None
         if head_mask is not None:
             gates = as_tensor(head_mask, "head_mask", "a tensor of gates (N, H)")
-            if gates.dtype == torch.bool or gates.is_complex() or gates.shape != (cfg.num_layers, cfg.num_heads) \
-                    or not bool(((gates >= 0) & (gates <= 1)).all()):
+            if (gates.dtype == torch.bool or gates.is_complex() or gates.shape != (cfg.num_layers, cfg.num_heads)
+                    or not bool(((gates >= 0) & (gates <= 1)).all())):
                 raise ValueError(f"head_mask must have shape (N, H) = ({cfg.num_layers}, {cfg.num_heads}) and real "
                                  f"gates in [0, 1], got {gates.dtype} of shape {tuple(gates.shape)}: {gates.tolist()!s:.60}")
             gates = gates.to(self.unembedding.weight.dtype)

@@ -25,6 +25,9 @@ from mha_lib.scores import ScoreMod, alibi, softcap
 __all__ = ["compose", "lab_frame", "mask_lab", "mask_lab_figure"]
 
 _TITLES = ("mask", "weights", "tiles")
+#: Masked cells of the weights panel (no weight): a light grey under the heatmap, apart from the
+#: lowest weight (cividis's dark blue) in the light and the dark theme (>= 3:1 in both).
+MASKED_COLOUR = "#d9d9d9"
 _TILE_TEXT = {0: "skipped", 1: "with the mask", 2: "no mask needed"}
 
 
@@ -80,8 +83,10 @@ def _traces(mask: Mask, L: int, block_size: int, score_mod: ScoreMod | None = No
     return [
         go.Heatmap(z=keep.tolist(), x=ticks, y=ticks, colorscale="cividis", zmin=0, zmax=1,
                    showscale=False, hovertemplate="query %{y}, key %{x}: %{z}<extra></extra>"),
-        go.Heatmap(z=weights.tolist(), x=ticks, y=ticks, colorscale="cividis", zmin=0, zmax=1,
-                   showscale=False, hovertemplate="query %{y}, key %{x}: %{z:.2f}<extra></extra>"),
+        go.Heatmap(z=[[w if k else None for w, k in zip(row, kept)]  # masked: no weight, None
+                      for row, kept in zip(weights.tolist(), keep.bool().tolist())], x=ticks, y=ticks,
+                   colorscale="cividis", zmin=0, zmax=1, showscale=False, hoverongaps=False,
+                   hovertemplate="query %{y}, key %{x}: %{z:.2f}<extra></extra>"),
         go.Heatmap(z=states.tolist(), text=text, colorscale="cividis", zmin=0, zmax=2,
                    showscale=False, hovertemplate="tile (%{y}, %{x}): %{text}<extra></extra>"),
     ]
@@ -97,7 +102,7 @@ def lab_frame(*, narrow: bool = False) -> go.Figure:
         where = dict(row=n, col=1) if narrow else dict(row=1, col=n)
         fig.update_xaxes(title_text="keys" if n < 3 else "key blocks", constrain="domain", **where)
         fig.update_yaxes(title_text="queries" if n < 3 else "query blocks", autorange="reversed",
-                         scaleanchor=f"x{n if n > 1 else ''}", **where)
+                         scaleanchor=f"x{n if n > 1 else ''}", constrain="domain", **where)
     fig.update_layout(height=1000 if narrow else 330, autosize=True,
                       margin=dict(l=40, r=10, t=40 if narrow else 60, b=40),
                       paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)")
@@ -115,7 +120,24 @@ def mask_lab_figure(mask: Mask, L: int = 12, *, block_size: int = 4,
     for col, trace in enumerate(traces, 1):
         fig.add_trace(trace, row=1, col=col)
     title = repr(mask) if score_mod is None else f"{mask!r}, score_mod={score_mod!r}"
-    fig.update_layout(title_text=title if len(title) < 80 else None)
+    title = title if len(title) < 80 else None
+    n = len(traces[2].z)  # tiles per side
+    fig.update_layout(title_text=title, shapes=[dict(  # under the masked (empty) cells
+        type="rect", xref="x2", yref="y2", x0=-0.5, x1=L - 0.5, y0=-0.5, y1=L - 0.5, layer="below",
+        fillcolor=MASKED_COLOUR, line=dict(width=0))])
+    for a, cells in (("", L), ("2", L), ("3", n)):  # the data's range, integer ticks
+        for axis, ends in (("xaxis", [-0.5, cells - 0.5]), ("yaxis", [cells - 0.5, -0.5])):
+            fig.layout[axis + a].update(range=ends, autorange=False, tickmode="linear", tick0=0,
+                                        dtick=1 if cells <= 8 else 2 if cells <= 16 else 4)
+    # a phone (mha-figures.js): the three panels one above the other, each across the screen
+    narrow = lab_frame(narrow=True).to_plotly_json()["layout"]
+    phone = {key: value for key, value in narrow.items()
+             if key.startswith(("xaxis", "yaxis")) or key in ("annotations", "height", "margin")}
+    for key in [k for k in phone if k.startswith(("xaxis", "yaxis"))]:
+        phone[key] = {**fig.layout[key].to_plotly_json(), "domain": phone[key]["domain"]}
+    phone["margin"] = {**phone["margin"], "t": 80 if title else 40}
+    phone["title"] = {"text": title, "font": {"size": 14}, "x": 0, "xanchor": "left"} if title else None
+    fig.update_layout(meta={"narrow": phone})
     return fig
 
 

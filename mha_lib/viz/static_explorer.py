@@ -91,9 +91,11 @@ _REDRAW_JS = """
   function picture(key, z) {  // (Lq, Lk) weights, masked keys null -> a PNG data URL ("" if all masked)
     return key in pictures ? pictures[key] : (pictures[key] = window.mhaWeightsPicture(z, ex.colorscale));
   }
-  function weightsOf(trace, state) {  // the stored (Lq, Lk) weights a panel shows in `state`
-    var b = trace.meta.example;
-    return ex.weights[state[0]][b][state[1 + b]][trace.meta.head];
+  function weightsOf(trace, state) {  // the (Lq, Lk) weights a panel shows in `state`, masked keys null
+    var b = trace.meta.example, byLength = ex.weights[state[0]][b], Lk = byLength.length - 1;
+    return byLength[state[1 + b]][trace.meta.head].map(function (row) {  // stored: the visible keys
+      return row.concat(new Array(Lk - row.length).fill(null));
+    });
   }
   function sources(traces, state) {
     return traces.map(function (trace) {
@@ -288,15 +290,14 @@ def _cells(queries: list[str], keys: list[str]) -> list[list[list[str]]]:
 
 
 def _state(weights: np.ndarray, valid_len: int, decimals: int) -> list:
-    """(H, Lq, Lk) weights of one example as nested lists, rounded, masked keys as None."""
-    rounded = np.round(weights, decimals).astype(object)
-    rounded[..., valid_len:] = None
-    return rounded.tolist()
+    """(H, Lq, valid_len) weights of one example as nested lists, rounded: the masked keys are
+    left out (the page puts them back as null: a third of the explorer's bytes were nulls)."""
+    return np.round(weights[..., :valid_len], decimals).tolist()
 
 
 def _explorer_states(source: Source, *, seed: int | None = None, decimals: int = 4) -> list:
     """Every state of the static explorer: ``states[i][b][v]`` = head count ``i``, example ``b``,
-    valid length ``v``, a (H, Lq, Lk) nested list (masked keys None), rounded to ``decimals``.
+    valid length ``v``, a (H, Lq, v) nested list (the visible keys only), rounded to ``decimals``.
 
     Computed with the valid lengths ``[v] * B``: example ``b``'s weights depend only on
     ``valid_lens[b]``, so any combination of slider positions is a combination of states.
@@ -352,7 +353,7 @@ def static_explorer(
     source = make_source(**inputs)
     heads = list(source.head_choices)
     num_heads = source.initial_heads(num_heads)
-    lens = list(source.scene.valid_lens)
+    lens, Lk = list(source.scene.valid_lens), source.scene.num_keys
     states = _explorer_states(source, decimals=decimals)
     skeletons, layouts, narrow_skeletons, narrow_layouts = [], [], [], []
     for i, H in enumerate(heads):
@@ -363,7 +364,7 @@ def static_explorer(
             *source.parts(weights, lens, max_cols, num_slots=H, narrow=True))
         for trace in traces:  # the stored state, so the page shows exactly what the controls do
             b, h = trace["meta"]["example"], trace["meta"]["head"]
-            trace["z"] = states[i][b][lens[b]][h]
+            trace["z"] = [row + [None] * (Lk - len(row)) for row in states[i][b][lens[b]][h]]
             trace["customdata"] = _cells(trace["meta"]["queries"], trace["meta"]["keys"])
         skeletons.append([{k: v for k, v in t.items() if k not in ("z", "text", "customdata")}
                           for t in traces])

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import yaml
 
 from mha_lib.book import notebooks
-from mha_lib.book.plotly_mime import PLOTLY_MIME, PlotlyMimeRenderer, figure_html
+from mha_lib.book.plotly_mime import PLOTLY_MIME, PlotlyMimeRenderer, figure_html, share_templates
 from mha_lib.book import sphinx_ext
 
 LIBRARY_DEFINITIONS = re.compile(
@@ -120,3 +120,31 @@ def test_strip_code_styles_drops_only_ipythons_repeated_pygments_stylesheet():
     assert "line-height: 125%" not in lighter
     assert lighter.count('<div class="highlight">') == 2  # the listings stay
     assert "<style>.mine { color: red; }</style>" in lighter  # other styles stay
+
+
+def test_highlighted_code_loses_only_the_spans_drawn_in_the_blocks_own_colour():
+    page = ('<div class="highlight"><pre><span class="k">def</span><span class="w"> </span>'
+            '<span class="nf">f</span><span class="p">(</span><span class="n">x</span>'
+            '<span class="p">):</span></pre></div><p><span class="n">kept</span></p>')
+    assert sphinx_ext.strip_plain_code_spans(page) == (
+        '<div class="highlight"><pre><span class="k">def</span> <span class="nf">f</span>(x):</pre></div>'
+        '<p><span class="n">kept</span></p>')
+
+
+def test_a_page_writes_each_plotly_template_once():
+    line = json.loads(go.Figure(go.Scatter(y=[1, 2], name="a </b> name")).to_json())
+    heat = json.loads(go.Figure(go.Heatmap(z=[[0, 1]])).to_json())
+    page = f"<main>{figure_html(line)}<p>text</p>{figure_html(heat)}</main>"
+    shared = share_templates(page)
+    assert shared.count("(window.mhaTemplates = ") == 1 and len(shared) < len(page) - 5000
+    assert share_templates(shared) == shared  # a page already shared stays as it is
+    keys = re.findall(r'"template":"(mha-template-[0-9a-f]+)"', shared)
+    assert len(keys) == 2 and keys[0] == keys[1]
+    assert f'["{keys[0]}"] = ' in shared.split("mhaPlot(")[0]  # defined before the first figure
+    assert '"a <\\/b> name"' in shared  # still escaped inside the script
+
+
+def test_figure_numbers_are_written_to_six_significant_digits():
+    html = figure_html({"data": [{"type": "scatter", "y": [0.123456789, 2.0, None, 1e-9 / 3]}],
+                        "layout": {"title": {"text": "t"}, "xaxis": {"range": [0.1 + 0.2, 1]}}})
+    assert '"y":[0.123457,2.0,null,3.33333e-10]' in html and '"range":[0.3,1]' in html

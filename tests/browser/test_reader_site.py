@@ -4,7 +4,9 @@ page load of ``test_page``.)
 
 * Dark mode: a reader who switches the theme to dark after the page loaded gets every plotly
   figure redrawn with the page's dark background and light text (contrast at least 4.5:1
-  against the figure's background) and the same colour scales; switching back restores the
+  against the figure's background), dark lines and markers at 3:1 at least, masked cells (a
+  borderless shape under a heatmap's gaps) 3:1 apart from the scale's lowest colour, in both
+  themes, and the same colour scales; switching back restores the
   light figure; a page opened in dark mode draws dark figures at once; the kernel-free
   explorer stays dark while its controls redraw it.
 * The landing page's text links every page of ``_toc.yml``.
@@ -66,7 +68,17 @@ _FIGURES_JS = """() => {
         ...Object.keys(gd._fullLayout).filter(k => /^coloraxis\\d*$/.test(k))
           .map(k => JSON.stringify(gd._fullLayout[k].colorscale)),
       ];
-      return {id: gd.id, theme: gd.dataset.mhaTheme, paper, page, texts, scales};
+      // lines and markers as drawn; masked cells: a borderless shape under a heatmap with gaps,
+      // beside the lowest colour of that heatmap's scale
+      const marks = gd._fullData.filter(t => t.visible === true && t.type === "scatter")
+        .flatMap(t => [t.mode.includes("lines") && t.line && t.line.color,
+                       t.mode.includes("markers") && t.marker && typeof t.marker.color === "string" && t.marker.color])
+        .filter(Boolean);
+      const masked = (gd._fullLayout.shapes || []).filter(s => s.fillcolor && s.layer === "below"
+          && (!s.line || !s.line.width))
+        .flatMap(s => gd._fullData.filter(t => t.type === "heatmap" && t.xaxis === s.xref && t.colorscale)
+          .map(t => [s.fillcolor, t.colorscale[0][1]]));
+      return {id: gd.id, theme: gd.dataset.mhaTheme, paper, page, texts, scales, marks, masked};
     });
 }"""
 
@@ -78,6 +90,14 @@ def _luminance(rgb) -> float:
 
     r, g, b = (channel(c) for c in rgb[:3])
     return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def _colour(text: str):
+    """A CSS colour as plotly states it (#rrggbb, rgb(), rgba()) -> (r, g, b)."""
+    if text.startswith("#") and len(text) == 7:
+        return tuple(int(text[i:i + 2], 16) for i in (1, 3, 5))
+    m = re.match(r"rgba?\(([\d.]+),\s*([\d.]+),\s*([\d.]+)", text)
+    return tuple(float(v) for v in m.groups()) if m else None
 
 
 def _contrast(a, b) -> float:
@@ -100,6 +120,18 @@ def _check_theme(figures: list[dict], theme: str) -> list[str]:
             problems.append(f"{name}: background {paper} is not the page's {fig['page']}")
         if not fig["texts"]:
             problems.append(f"{name}: no text found")
+        # dark lines and markers: 3:1 (WCAG non-text contrast; mha-figures.js lightens them; the
+        # light figures keep the figure code's colour-blind-safe palettes)
+        for mark in fig.get("marks", []) if theme == "dark" else []:
+            rgb = _colour(mark)
+            if rgb and _contrast(rgb, paper) < 3:
+                problems.append(f"{name}: a line or marker in {mark} on {paper} "
+                                f"(contrast {_contrast(rgb, paper):.1f})")
+        for fill, lowest in fig.get("masked", []):  # masked cells apart from the lowest value
+            a, b = _colour(fill), _colour(lowest)
+            if a and b and _contrast(a, b) < 3:
+                problems.append(f"{name}: masked cells {fill} next to the lowest value {lowest} "
+                                f"(contrast {_contrast(a, b):.1f})")
         for text, fill, own in fig["texts"]:
             ground = own or paper
             if fill is None or _contrast(fill, ground) < 4.5:

@@ -195,6 +195,12 @@ def test_seeded_model_keeps_global_rng_and_projections_across_head_counts():
     torch.testing.assert_close(a.W_q.weight, b.W_q.weight)  # same projections, split differently
 
 
+def _padded(state: list, num_keys: int) -> np.ndarray:
+    """A stored (H, Lq, v) state (the visible keys) -> (H, Lq, Lk), masked keys NaN."""
+    return np.array([[row + [None] * (num_keys - len(row)) for row in head] for head in state],
+                    dtype=float)
+
+
 def test_static_explorer_states_are_mha_weights(independent_weights):
     fig = static_explorer()
     ex = fig.layout.meta["explorer"]
@@ -211,7 +217,7 @@ def test_static_explorer_states_are_mha_weights(independent_weights):
         for lens in ([6, 4], [0, 6], [3, 1]):
             expected = independent_weights(H, lens)
             for b in range(2):
-                state = np.array(ex["weights"][i][b][lens[b]], dtype=float)  # (H, Lq, Lk)
+                state = _padded(ex["weights"][i][b][lens[b]], 6)  # (H, Lq, Lk)
                 assert state.shape == (H, 6, 6)
                 assert np.isnan(state[..., lens[b]:]).all()
                 np.testing.assert_allclose(np.nan_to_num(state), expected[b], rtol=0, atol=6e-5)
@@ -249,7 +255,7 @@ def test_static_explorer_of_a_given_module_moves_only_the_valid_lengths():
     assert "number of heads" not in explorer["description"]
     with torch.no_grad():
         _, expected = mha(x, x, x, torch.tensor([2, 2]), need_weights=True)  # (B, H, Lq, Lk)
-    stored = np.array(explorer["weights"][0][1][2], dtype=float)  # example 1, valid length 2
+    stored = _padded(explorer["weights"][0][1][2], 5)  # example 1, valid length 2
     np.testing.assert_allclose(np.nan_to_num(stored), expected[1].numpy(), atol=6e-5)
 
 
