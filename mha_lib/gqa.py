@@ -198,8 +198,9 @@ def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAtte
 
     The starting point of *uptraining* (Ainslie et al., 2023): ``W_q``, ``W_o`` and every other
     weight (the gate, the QK-norms, ...) are copied as they are, by state, and the key and
-    value heads of each group are averaged (and a key norm over the width, ``qk_norm="width"``). Group j is the
-    g = H / Hkv *consecutive* query heads ``j*g .. j*g + g - 1`` that share key/value head j
+    value heads of each group are averaged (and a key norm over the width,
+    ``qk_norm="width"``). Group j is the g = H / Hkv *consecutive* query heads
+    ``j*g .. j*g + g - 1`` that share key/value head j
     (:func:`kv_head_of`), so key head j of the result is the mean of ``mha``'s key heads
     ``j*g .. j*g + g - 1`` (their rows of ``W_k``), and likewise for the values. With
     ``num_kv_heads = H`` the result computes exactly what ``mha`` computes; with fewer it is an
@@ -229,7 +230,8 @@ def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAtte
                              f"query attention maps D features to D), got {name} = {size}")
     Hkv = max(kv_head_of(H, num_kv_heads)) + 1  # checks that num_kv_heads divides H
     d, g = D // H, H // Hkv
-    options = {name: getattr(s, name) for name in MultiHeadAttention.OPTIONS}  # every one, by name
+    # every option, by name
+    options = {name: getattr(s, name) for name in MultiHeadAttention.OPTIONS}
     settings = GroupedQueryAttention.Settings(D, H, Hkv, s.dropout, bias=s.bias, **options)
     gqa = build(GroupedQueryAttention, settings, like=mha)
     state = mha.state_dict()  # every weight as it is (W_q, W_o, the gate, the norms, ...),

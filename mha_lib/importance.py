@@ -363,9 +363,9 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
     removed = set(_check_heads(heads, H))
     kept = [h for h in range(H) if h not in removed]
     if mha.settings.qk_norm == "width":  # (its mean over H*d features would change)
-        raise ValueError('mha has qk_norm="width", a norm over every head\'s features: pruning '
-                         "heads would change the others' queries and keys; prune a layer with "
-                         'qk_norm="head" or None')
+        raise ValueError('mha has qk_norm="width", a norm over every head\'s features: '
+                         "pruning heads would change the others' queries and keys; prune a "
+                         'layer with qk_norm="head" or None')
     rows = torch.cat([torch.arange(h * d, (h + 1) * d) for h in kept])  # (H'*d,)
     # Every other setting of mha is kept: H' heads of width H'*d, the same output width D
     score_mod = None if mha.score_mod is None else mha.score_mod.for_heads(kept)
@@ -376,7 +376,8 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
              "W_v.weight": rows, "W_v.bias": rows, "sink_logits": torch.tensor(kept),
              "gate.weight": torch.tensor(kept) if mha.settings.gate == "head" else rows}
     owned["gate.bias"] = owned["gate.weight"]
-    state = mha.state_dict()  # everything else as it is, by state (W_o's bias, per-head norms, ...)
+    # everything else as it is, by state (W_o's bias, per-head norms, ...)
+    state = mha.state_dict()
     for name, value in state.items():
         if name in owned:
             state[name] = value[owned[name]]  # (H or H*d, ...) -> (H' or H'*d, ...)
