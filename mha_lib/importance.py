@@ -366,15 +366,16 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
         raise ValueError('mha has qk_norm="width", a norm over every head\'s features: '
                          "pruning heads would change the others' queries and keys; prune a "
                          'layer with qk_norm="head" or None')
-    rows = torch.cat([torch.arange(h * d, (h + 1) * d) for h in kept])  # (H'*d,)
+    device = mha.W_q.weight.device
+    rows = torch.cat([torch.arange(h * d, (h + 1) * d, device=device) for h in kept])  # (H'*d,)
     # Every other setting of mha is kept: H' heads of width H'*d, the same output width D
     score_mod = None if mha.score_mod is None else mha.score_mod.for_heads(kept)
     pruned = rebuild(mha, d_model=len(kept) * d, num_heads=len(kept),
                      output_size=mha.W_o.out_features, score_mod=score_mod)
     # What a head owns: rows (per head, or per feature) of the weights along the heads' axis
     owned = {"W_q.weight": rows, "W_q.bias": rows, "W_k.weight": rows, "W_k.bias": rows,
-             "W_v.weight": rows, "W_v.bias": rows, "sink_logits": torch.tensor(kept),
-             "gate.weight": torch.tensor(kept) if mha.settings.gate == "head" else rows}
+             "W_v.weight": rows, "W_v.bias": rows, "sink_logits": torch.tensor(kept, device=device),
+             "gate.weight": torch.tensor(kept, device=device) if mha.settings.gate == "head" else rows}
     owned["gate.bias"] = owned["gate.weight"]
     # everything else as it is, by state (W_o's bias, per-head norms, ...)
     state = mha.state_dict()

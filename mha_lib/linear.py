@@ -274,7 +274,7 @@ def state_bytes(model: nn.Module, length: int, *, batch_size: int = 1, dtype: to
     """
     length, B = check_size(length, "length"), check_positive_int(batch_size, "batch_size")
     layers = [b.attention for b in model.blocks] if hasattr(model, "blocks") else [model]
-    size = torch.tensor([], dtype=dtype).element_size()
+    size = dtype.itemsize
     state = kv = full = 0
     for layer in layers:
         H, d = layer.num_heads, layer.head_size
