@@ -367,7 +367,8 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
                          "pruning heads would change the others' queries and keys; prune a "
                          'layer with qk_norm="head" or None')
     device = mha.W_q.weight.device
-    rows = torch.cat([torch.arange(h * d, (h + 1) * d, device=device) for h in kept])  # (H'*d,)
+    # the rows of the heads kept: (H'*d,)
+    rows = torch.cat([torch.arange(h * d, (h + 1) * d, device=device) for h in kept])
     # Every other setting of mha is kept: H' heads of width H'*d, the same output width D
     score_mod = None if mha.score_mod is None else mha.score_mod.for_heads(kept)
     pruned = rebuild(mha, d_model=len(kept) * d, num_heads=len(kept),
