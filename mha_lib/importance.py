@@ -374,9 +374,10 @@ def prune_heads(mha: MultiHeadAttention, heads: Iterable[int]) -> MultiHeadAtten
     pruned = rebuild(mha, d_model=len(kept) * d, num_heads=len(kept),
                      output_size=mha.W_o.out_features, score_mod=score_mod)
     # What a head owns: rows (per head, or per feature) of the weights along the heads' axis
+    kept_heads = torch.tensor(kept, device=device)  # (H',)
     owned = {"W_q.weight": rows, "W_q.bias": rows, "W_k.weight": rows, "W_k.bias": rows,
-             "W_v.weight": rows, "W_v.bias": rows, "sink_logits": torch.tensor(kept, device=device),
-             "gate.weight": torch.tensor(kept, device=device) if mha.settings.gate == "head" else rows}
+             "W_v.weight": rows, "W_v.bias": rows, "sink_logits": kept_heads,
+             "gate.weight": kept_heads if mha.settings.gate == "head" else rows}
     owned["gate.bias"] = owned["gate.weight"]
     # everything else as it is, by state (W_o's bias, per-head norms, ...)
     state = mha.state_dict()
