@@ -270,6 +270,41 @@ def _await_explorer(page, sliders: dict[str, str], head_names: list[str], index:
     return _explorer_state(page, index)
 
 
+_BLANK_JS = """
+(i) => {
+  const box = [...document.querySelectorAll(".widget-vbox")].filter(
+    (b) => b.querySelector(".js-plotly-plot") && b.querySelector(".widget-slider"))[i];
+  const gd = box && box.querySelector(".js-plotly-plot");
+  return gd && gd._fullLayout ? gd.data.length === 0 : null;  // null: not drawn yet
+}
+"""
+
+
+def _redraw_if_blank(page, index: int = 0, timeout_ms: float = _PATIENCE_MS) -> bool:
+    """Run explorer ``index``'s cell once more if its figure was drawn without data; True if so.
+
+    plotly's ``FigureWidget`` opens its comm with empty data and sends the data just after; a
+    view that JupyterLab renders between the two draws an empty figure and never redraws it
+    (plotly 7.1's widget view listens only to edits). A reader sees a blank figure and reruns
+    the cell, as this does (four of nine Run Alls on one machine, one morning; none since).
+    """
+    page.wait_for_function(f"(i) => ({_BLANK_JS})(i) !== null", arg=index, timeout=timeout_ms)
+    if not page.evaluate(_BLANK_JS, index):
+        return False
+    k = page.evaluate("""(i) => {
+      const cells = [...document.querySelectorAll(".jp-CodeCell")];
+      return cells.filter((c) => c.querySelector(".widget-vbox .js-plotly-plot")
+        && c.querySelector(".widget-vbox .widget-slider")).map((c) => cells.indexOf(c))[i];
+    }""", index)
+    prompt = page.locator(".jp-CodeCell").nth(k).locator(".jp-InputArea-prompt")
+    before = prompt.text_content()
+    prompt.click()  # select the cell (command mode)
+    page.keyboard.press("Control+Enter")  # run it in place
+    prompt.filter(has_not_text=before).wait_for(timeout=timeout_ms)  # a new execution count
+    _kernel_idle(page, timeout_ms)
+    return True
+
+
 def _slider(page, label: str, index: int = 0):
     """The ``.widget-slider`` of explorer ``index`` whose label starts with ``label``."""
     box = page.locator(".widget-vbox:has(.js-plotly-plot):has(.widget-slider)").nth(index)

@@ -49,15 +49,15 @@ def test_only_the_runs_of_issue_48_are_still_to_ship():
 
 
 def test_at_600_steps_linear_attention_misses_the_recall_links_that_softmax_and_the_delta_rule_learn():
-    # seed 1 at 600 steps (this machine: recall 1.0 softmax, 0.25 linear attention, 1.0 DeltaNet,
-    # 1.0 the hybrid; loss 1.163, 1.266, 1.166, 1.145): the direction, with margins. Linear
-    # attention is slower, not unable: at 1500 steps seed 0 learned recall at step 700.
+    # seed 1 at 600 steps (this machine: recall 1.0 softmax, 0.25 linear attention, 1.0 DeltaNet;
+    # loss 1.163, 1.266, 1.166): the direction, with margins. Linear attention is slower, not
+    # unable: at 1500 steps seed 0 learned recall at step 700. (The hybrid's recall is checked on
+    # the shipped seeds: a fourth training here would cost both test passes another minute.)
     config = story_config(1, 600)
     runs = {name: _measured(config, LINEAR_VARIANTS[name]).metrics
-            for name in ("softmax", "linear", "DeltaNet", "hybrid 1:1 (GDN, softmax)")}
-    for name in ("softmax", "DeltaNet", "hybrid 1:1 (GDN, softmax)"):
+            for name in ("softmax", "linear", "DeltaNet")}
+    for name in ("softmax", "DeltaNet"):
         assert runs[name]["recall"] > 0.9 and runs[name]["recall 32-79"] > 0.9
     assert runs["linear"]["recall"] < LEARNED
     assert runs["linear"]["loss"] > max(runs[name]["loss"] for name in ("softmax", "DeltaNet")) + 0.05
-    assert runs["hybrid 1:1 (GDN, softmax)"]["loss"] < runs["softmax"]["loss"] + 0.03
     assert runs["DeltaNet"]["decode_bytes_per_story"] < runs["softmax"]["decode_bytes_per_story"] / 5
