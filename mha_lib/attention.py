@@ -115,7 +115,8 @@ def fit_queries(queries: Tensor, keys: Tensor) -> Tensor:
     with torch.no_grad():  # (few operations: each is a kernel launch on a GPU)
         dtype = torch.float64 if queries.dtype == torch.float64 else torch.float32
         k = keys.detach().to(dtype)
-        largest = torch.nan_to_num(k.abs(), nan=0.0, posinf=0.0).amax(-2, keepdim=True)  # (..., 1, d)
+        finite = torch.nan_to_num(k.abs(), nan=0.0, posinf=0.0)  # |k|, 0 for NaN and inf
+        largest = finite.amax(-2, keepdim=True)  # (..., 1, d)
         if queries.dim() == 4 and largest.shape[1] not in (1, queries.shape[1]):
             largest = largest.repeat_interleave(queries.shape[1] // largest.shape[1], dim=1)
         # log2 of the bound d * max_i |q_i| M_i, without forming the (overflowing) product
@@ -352,16 +353,12 @@ def all_finite(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:
 
 def _broken(queries: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
     """0 for each query (B, Lq) and key-value pair (B, Lk) whose entries are all finite, NaN
-    for the others: ``max |x| * 0`` of each row (finite * 0 = 0; inf, NaN * 0 = NaN), one
-    reduction per distinct tensor (a self-attention passes one tensor three times)."""
-    def largest(x: Tensor) -> Tensor:
-        return torch.linalg.vector_norm(x, float("inf"), dim=-1)  # max |x| of each row
-
-    rows = largest(queries) * 0
+    for the others (:func:`_sum` of each row), one pass per distinct tensor (a self-attention
+    passes one tensor three times)."""
+    rows = _sum(queries, -1)
     if keys is queries and values is queries:
         return rows, rows
-    pairs = largest(keys) if values is keys else torch.maximum(largest(keys), largest(values))
-    return rows, pairs * 0
+    return rows, _sum(keys, -1) if values is keys else _sum(keys, -1) + _sum(values, -1)
 
 
 class NonFiniteRule(NamedTuple):
