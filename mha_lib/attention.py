@@ -345,10 +345,13 @@ def _sum(x: Tensor, dim: int | tuple[int, ...] | None = None) -> Tensor:
 
 
 def all_finite(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:
-    """0-d bool: every input entry is finite (three fast sums, see :func:`_sum`)."""
+    """0-d bool: every input entry is finite (a fast sum per distinct tensor, see :func:`_sum`)."""
     for name, x in (("queries", queries), ("keys", keys), ("values", values)):
         check_tensor(x, name, (3, 4))
-    return torch.isfinite(_sum(queries) + _sum(keys) + _sum(values))
+    total = _sum(queries)
+    for x in {id(x): x for x in (keys, values) if x is not queries}.values():  # (self-attention)
+        total = total + _sum(x)
+    return total == 0  # (NaN == 0 is False)
 
 
 def _broken(queries: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
@@ -384,21 +387,26 @@ class NonFiniteRule(NamedTuple):
     broken_kv: Tensor | None
 
     @classmethod
-    def of(cls, queries: Tensor, keys: Tensor, values: Tensor, keep: Tensor | None):
+    def of(cls, queries: Tensor, keys: Tensor, values: Tensor, keep: Tensor | Visible | None):
         """The rule for these inputs (None when no key could break a row: Lk = 0).
 
         Args:
             keep: the keep mask (B or 1, Lq or 1, Lk) (``Visible.raw``), or None when every
-                query may attend to every key of its example.
+                query may attend to every key of its example; or the :class:`Visible` of
+                the call (a causal one is not made dense: query i sees keys 0..i).
         """
         if keys.shape[1] == 0:
             return None  # every query attends to nothing: zeros
+        causal = isinstance(keep, Visible) and keep.causal and queries.shape[1] == keys.shape[1]
+        keep = keep.raw if isinstance(keep, Visible) and not causal else keep
         with torch.no_grad():  # (zeros and NaN, no gradient; few operations, see _broken)
             rows, pairs = _broken(queries, keys, values)  # (B, Lq), (B, Lk): 0 or NaN
             if keep is None:  # every query may attend to every key of its example
                 return cls(rows + pairs.amax(-1, keepdim=True), None)  # amax: NaN if one is
-            bad_q = rows != 0  # (B, Lq) bool (NaN != 0)
-            bad_kv = bad_q if pairs is rows else pairs != 0  # (B, Lk) bool
+            bad_kv = pairs != 0  # (B, Lk) bool (NaN != 0)
+            if causal:  # query i sees pairs 0..i: their running sum, NaN from the first broken
+                return cls(rows + pairs.cumsum(-1), bad_kv)
+            bad_q = bad_kv if rows is pairs else rows != 0  # (B, Lq) bool
             # a query that attends to something broken, or that is broken and attends at all
             broken = (keep & (bad_q[:, :, None] | bad_kv[:, None, :])).any(-1)  # (B, Lq)
             nan_rows = torch.zeros(broken.shape, dtype=queries.dtype, device=queries.device)
