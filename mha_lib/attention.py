@@ -112,18 +112,19 @@ def fit_queries(queries: Tensor, keys: Tensor) -> Tensor:
     _check_leading_axes(queries, keys)
     if keys.shape[-2] == 0 or queries.shape[-1] == 0:
         return queries  # no score at all
-    with torch.no_grad():
-        dtype = torch.promote_types(_score_dtype(queries.dtype), torch.float32)
+    with torch.no_grad():  # (few operations: each is a kernel launch on a GPU)
+        dtype = torch.float64 if queries.dtype == torch.float64 else torch.float32
         k = keys.detach().to(dtype)
-        largest = torch.where(torch.isfinite(k), k.abs(), 0.0).amax(-2, keepdim=True)  # (..., 1, d)
+        finite = torch.nan_to_num(k.abs(), nan=0.0, posinf=0.0)  # |k|, 0 for NaN and inf
+        largest = finite.amax(-2, keepdim=True)  # (..., 1, d)
         if queries.dim() == 4 and largest.shape[1] not in (1, queries.shape[1]):
             largest = largest.repeat_interleave(queries.shape[1] // largest.shape[1], dim=1)
         # log2 of the bound d * max_i |q_i| M_i, without forming the (overflowing) product
         terms = queries.detach().to(dtype).abs().log2() + largest.log2()  # (..., Lq, d)
-        log_bound = terms.amax(-1) + math.log2(max(queries.shape[-1], 1))  # (..., Lq)
         limit = int(math.log2(torch.finfo(_score_dtype(queries.dtype)).max)) - _HEADROOM
-        shift = torch.nan_to_num(log_bound - limit, nan=0.0, posinf=0.0, neginf=0.0)
-        factor = torch.exp2(-shift.clamp(min=0).ceil())  # (..., Lq): 1, or 2**-n
+        # -shift, shift = log2(bound) - limit: 0 below the limit, or for a NaN or inf row
+        room = (limit - math.log2(queries.shape[-1]) - terms.amax(-1)).clamp(max=0)  # (..., Lq)
+        factor = torch.exp2(torch.nan_to_num(room, nan=0.0, neginf=0.0).floor())  # 1, or 2**-n
     return queries * factor[..., None].to(queries.dtype)
 
 
@@ -134,17 +135,20 @@ def guards_change_nothing(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
     A bound for all rows at once, ``d * max|q| * max|k|`` below the limit of
     :func:`fit_queries` (which bounds each row, more tightly): three reductions, not a pass per
-    guard. Not a value is read here (the caller decides where reading it costs nothing).
+    guard, and a few operations on six numbers. Not a value is read here (the caller decides
+    where reading it costs nothing).
 
     Shapes:
         q: (..., Lq, d); k, v: (..., Lk, d), as :func:`fit_queries` takes them.
     """
     if 0 in (q.numel(), k.numel()):
         return torch.ones((), dtype=torch.bool, device=q.device)  # no score at all
-    # max |x| of each (NaN and inf pass through; two plain reductions are the fast ones on a CPU)
-    largest = [torch.maximum(x.detach().amax(), -x.detach().amin()).float() for x in (q, k, v)]
+    with torch.no_grad():  # min and max of each (NaN and inf pass through; aminmax: one pass)
+        extremes = torch.stack([m for x in (q, k, v) for m in torch.aminmax(x)]).float()
+        largest = extremes.abs().view(3, 2).amax(-1)  # max |x| of q, k and v
     limit = 2.0 ** (int(math.log2(torch.finfo(_score_dtype(q.dtype)).max)) - _HEADROOM)
-    return (largest[0] * largest[1] * q.shape[-1] <= limit) & torch.isfinite(largest[2])
+    # the bound, + 0 for finite values (NaN for others: then False, as for a bound too large)
+    return largest[0] * largest[1] * q.shape[-1] + largest[2] * 0 <= limit
 
 
 @quiet_when_traced
@@ -341,10 +345,23 @@ def _sum(x: Tensor, dim: int | tuple[int, ...] | None = None) -> Tensor:
 
 
 def all_finite(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:
-    """0-d bool: every input entry is finite (three fast sums, see :func:`_sum`)."""
+    """0-d bool: every input entry is finite (a fast sum per distinct tensor, see :func:`_sum`)."""
     for name, x in (("queries", queries), ("keys", keys), ("values", values)):
         check_tensor(x, name, (3, 4))
-    return torch.isfinite(_sum(queries) + _sum(keys) + _sum(values))
+    total = _sum(queries)
+    for x in {id(x): x for x in (keys, values) if x is not queries}.values():  # (self-attention)
+        total = total + _sum(x)
+    return total == 0  # (NaN == 0 is False)
+
+
+def _broken(queries: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    """0 for each query (B, Lq) and key-value pair (B, Lk) whose entries are all finite, NaN
+    for the others (:func:`_sum` of each row), one pass per distinct tensor (a self-attention
+    passes one tensor three times)."""
+    rows = _sum(queries, -1)
+    if keys is queries and values is queries:
+        return rows, rows
+    return rows, _sum(keys, -1) if values is keys else _sum(keys, -1) + _sum(values, -1)
 
 
 class NonFiniteRule(NamedTuple):
@@ -361,35 +378,39 @@ class NonFiniteRule(NamedTuple):
 
     Attributes:
         nan_rows: (B, Lq), 0 or NaN.
-        usable_kv: (B, Lk) bool, the key-value pairs with finite entries; None when no pair
-            needs zeroing (without valid lengths every query that may attend to a pair is
-            broken by it anyway).
+        broken_kv: (B, Lk) bool, the key-value pairs with a NaN or an infinity; None when no
+            pair needs zeroing (without a mask every query that may attend to a pair is broken
+            by it anyway).
     """
 
     nan_rows: Tensor
-    usable_kv: Tensor | None
+    broken_kv: Tensor | None
 
     @classmethod
-    def of(cls, queries: Tensor, keys: Tensor, values: Tensor, keep: Tensor | None):
+    def of(cls, queries: Tensor, keys: Tensor, values: Tensor, keep: Tensor | Visible | None):
         """The rule for these inputs (None when no key could break a row: Lk = 0).
 
         Args:
             keep: the keep mask (B or 1, Lq or 1, Lk) (``Visible.raw``), or None when every
-                query may attend to every key of its example.
+                query may attend to every key of its example; or the :class:`Visible` of
+                the call (a causal one is not made dense: query i sees keys 0..i).
         """
-        B, Lq, Lk = queries.shape[0], queries.shape[1], keys.shape[1]
-        if Lk == 0:
+        if keys.shape[1] == 0:
             return None  # every query attends to nothing: zeros
-        if keep is None:  # every query may attend to every key of its example
-            used = _sum(keys, (1, 2)) + _sum(values, (1, 2))  # (B,)
-            rows = _sum(queries, -1) + used[:, None]  # (B, Lq): finite iff all it uses is
-            return cls((rows * 0).to(queries.dtype), None)  # finite * 0 = 0; inf, NaN * 0 = NaN
-        finite_q = torch.isfinite(queries).all(-1)  # (B, Lq)
-        finite_kv = torch.isfinite(keys).all(-1) & torch.isfinite(values).all(-1)  # (B, Lk)
-        sees_bad = (keep & ~finite_kv[:, None, :]).any(-1)  # (B, Lq or 1): a bad key it sees
-        broken = sees_bad | (~finite_q & keep.any(-1))  # (B, Lq)
-        nan_rows = torch.zeros(B, Lq, dtype=queries.dtype, device=queries.device)
-        return cls(nan_rows.masked_fill(broken, float("nan")), finite_kv)
+        causal = isinstance(keep, Visible) and keep.causal and queries.shape[1] == keys.shape[1]
+        keep = keep.raw if isinstance(keep, Visible) and not causal else keep
+        with torch.no_grad():  # (zeros and NaN, no gradient; few operations, see _broken)
+            rows, pairs = _broken(queries, keys, values)  # (B, Lq), (B, Lk): 0 or NaN
+            if keep is None:  # every query may attend to every key of its example
+                return cls(rows + pairs.amax(-1, keepdim=True), None)  # amax: NaN if one is
+            bad_kv = pairs != 0  # (B, Lk) bool (NaN != 0)
+            if causal:  # query i sees pairs 0..i: their running sum, NaN from the first broken
+                return cls(rows + pairs.cumsum(-1), bad_kv)
+            bad_q = bad_kv if rows is pairs else rows != 0  # (B, Lq) bool
+            # a query that attends to something broken, or that is broken and attends at all
+            broken = (keep & (bad_q[:, :, None] | bad_kv[:, None, :])).any(-1)  # (B, Lq)
+            nan_rows = torch.zeros(broken.shape, dtype=queries.dtype, device=queries.device)
+            return cls(nan_rows.masked_fill(broken, float("nan")), bad_kv)
 
     def spoil(self, x: Tensor, inplace: bool = False) -> Tensor:
         """x + NaN on the broken rows: x (B, H, Lq, ...) with the rows of (B, Lq)."""
@@ -398,6 +419,6 @@ class NonFiniteRule(NamedTuple):
 
     def usable(self, x: Tensor) -> Tensor:
         """Keys or values (B, Hkv, Lk, d) with the non-finite pairs zeroed."""
-        if self.usable_kv is None:
+        if self.broken_kv is None:
             return x
-        return torch.where(self.usable_kv[:, None, :, None], x, 0.0)  # (B, Lk) -> (B, 1, Lk, 1)
+        return x.masked_fill(self.broken_kv[:, None, :, None], 0.0)  # (B, Lk) -> (B, 1, Lk, 1)

@@ -148,7 +148,7 @@ class AttentionLayer(AttentionOptions):
             k, v, seen = cached_keys_values(cache, k, v, mask, positions, **self._scores())
         else:  # the mask (and score modification) at the positions of the queries and keys
             seen = self._visible(mask, queries, keys, positions)
-        nonfinite = None if finite else lambda: NonFiniteRule.of(queries, keys, values, seen.raw)
+        nonfinite = None if finite else lambda: NonFiniteRule.of(queries, keys, values, seen)
         out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
                                     gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
         if self.gate is not None:  # gated attention: each head's output times a sigmoid gate

@@ -64,6 +64,8 @@ __all__ = [
     "flop_count",
     "format_memory_table",
     "format_table",
+    "guard_contenders",
+    "guard_share",
     "make_case",
     "make_contenders",
     "make_modules",
@@ -420,6 +422,59 @@ def attention_share(times: Mapping[str, Sequence[float]]) -> float:
         )
     return statistics.median(a / (a + p) for a, p in zip(attention, projections))
 
+
+
+def guard_contenders(case: _Case, *, seed: int = 0) -> dict[str, Callable[[], object]]:
+    """What the guards cost beside the forward they guard (issue 49), to time paired.
+
+    ``guards`` runs what a forward under the device policy adds (no host read: a GPU, a graph
+    being recorded): the rule for NaN and infinite inputs on the inputs
+    (:class:`~mha_lib.attention.NonFiniteRule`), the overflow fit of the projected queries
+    (:func:`~mha_lib.attention.fit_queries`) and the rule's NaN added to the output;
+    ``forward`` is the fast-path forward (``need_weights=False``) as the case's device runs it
+    (on the CPU: the guards only where they would change something). Without valid lengths
+    (a self-attention on the case's queries); the guards' share: :func:`guard_share`.
+    """
+    from mha_lib.attention import NonFiniteRule, fit_queries
+
+    _check_case(case)
+    check_size(seed, "seed")
+    s = case.sizes
+    mha, _ = make_modules(s, seed=seed, dtype=case.queries.dtype)
+    mha = mha.to(case.queries.device)
+    x = case.queries
+    with torch.no_grad():
+        q = split_heads(mha.W_q(x), s.H)  # (B, Lq, D) -> (B, H, Lq, d)
+        k = split_heads(mha.W_k(x), s.H)
+        out = torch.zeros_like(q)
+
+    def guards() -> Tensor:
+        with torch.no_grad():
+            rule = NonFiniteRule.of(x, x, x, None)
+            fit_queries(q, k)
+            return rule.spoil(out)
+
+    def forward() -> Tensor:
+        with torch.no_grad():
+            return mha(x, x, x)
+
+    return {"guards": guards, "forward": forward}
+
+
+def guard_share(times: Mapping[str, Sequence[float]]) -> float:
+    """Median time of the guards as a share of a fast-path forward, from paired times
+    (:func:`mha_lib.timing.time_paired` of :func:`guard_contenders`)."""
+    if not isinstance(times, Mapping) or not {"guards", "forward"} <= set(times):
+        raise ValueError(f"times must map 'guards' and 'forward' to their times (see "
+                         f"guard_contenders), got {times!r}")
+    guards, forward = (
+        check_sequence(times[key], f"times[{key!r}]", "times in seconds", check_positive_number)
+        for key in ("guards", "forward")
+    )
+    if len(guards) != len(forward):
+        raise ValueError(f"times['guards'] and times['forward'] must be of one length, got "
+                         f"{len(guards)} and {len(forward)}")
+    return statistics.median(g / f for g, f in zip(guards, forward))
 
 def scaling_times(
     lengths: Sequence[int],
