@@ -14,7 +14,7 @@ from mha_lib.why._common import Outcome
 from mha_lib.why.modern_runs import reused_seconds, story_config, story_run
 from mha_lib.why.results import LEARNED, learned_counts, record, seed_table
 
-STORY = ("kv_story", "sinks", "gated", "mla", "output_story", "gated_lr", "mla_long")
+STORY = ("kv_story", "sinks", "gated", "mla", "output_story", "gated_lr", "mla_long", "linear", "linear_deep")
 JUMPY = ("heads", "kv_heads", "output", "scale_t5", "norm_lr")  # digit-task runs whose outcomes jumped between seeds
 
 

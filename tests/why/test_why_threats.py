@@ -91,8 +91,6 @@ def results():
 def test_every_threat_ships_its_seeds_and_its_cpu_time(results):
     for claim in THREATS:
         for name in THREATS[claim]:
-            if name == "linear_deep" and name not in results["experiments"]:
-                continue  # (issue 48's threat: its seeds ship with the claim's)
             entry = results["experiments"][name]
             seeds = 2 if name == "mla_long" else 8 if name in STORY_MODEL | {"scale_t5", "norm_lr"} else 3
             assert entry["steps"] == EXPERIMENTS[name].steps and len(entry["seeds"]) >= seeds
