@@ -74,7 +74,8 @@ def linear_parallel(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
 
 def delta_recurrent(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_alpha: Tensor, S: Tensor | None = None):
     """The (gated) delta rule one token at a time: ``S <- alpha_t S`` (decay), then
-    ``S <- S + beta_t k_t^T (v_t - k_t S)`` (correct the value stored at ``k_t``), ``o_t = q_t S``.
+    ``S <- S + beta_t k_t^T (v_t - k_t S)`` (correct the value stored at ``k_t``), and
+    ``o_t = q_t S``.
 
     q, k, v: (B, H, L, d); beta, log_alpha: (B, H, L) (``log_alpha = 0``: DeltaNet, no decay);
     S: (B, H, d, d), zeros if None. Returns the outputs (B, H, L, d) and the last state."""
@@ -87,7 +88,7 @@ def delta_recurrent(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_alpha: Te
         stored = (k_t[:, :, None, :] @ S)[:, :, 0]  # (B, H, 1, d) @ (B, H, d, d) -> (B, H, d): k_t S
         error = beta[:, :, t, None] * (v[:, :, t] - stored)  # (B, H, d)
         S = S + k_t[..., :, None] * error[..., None, :]  # (B, H, d, 1) * (B, H, 1, d): + k_t^T error
-        outs.append((q[:, :, t, None, :] @ S)[:, :, 0])  # (B, H, 1, d) @ (B, H, d, d) -> (B, H, d)
+        outs.append((q[:, :, t, None, :] @ S)[:, :, 0])  # (B, H, 1, d) @ (B, H, d, d): q_t S
     return torch.stack(outs, dim=2), S  # L x (B, H, d) -> (B, H, L, d)
 
 

@@ -25,6 +25,8 @@ The package:
   attention (chapter 10), tiled attention (chapter 11) and the mask lab's left padding;
 * :mod:`~mha_lib.exercises.today`      the checkers of chapter 12c's experiments: StreamingLLM's
   mask, the absorbed scores of multi-head latent attention, gated attention's output;
+* :mod:`~mha_lib.exercises.linear`     the checkers of chapter 12d: one token of the delta rule,
+  one chunk of it at once;
 * :mod:`~mha_lib.exercises.wild`       the checkers of chapter 5's conversions: GPT-2's fused
   ``c_attn``, Llama's queries and keys;
 * :mod:`~mha_lib.exercises.grading`    partial credit per mistake family, for nbgrader;
@@ -78,6 +80,7 @@ from mha_lib.exercises.modern import (
     check_tiled_attention,
 )
 from mha_lib.exercises.judgement import check_threat_design
+from mha_lib.exercises.linear import check_delta_chunk, check_delta_step
 from mha_lib.exercises.today import check_absorbed_scores, check_gated_output, check_streaming_mask
 from mha_lib.exercises.wild import check_gpt2_c_attn, check_llama_qk
 
@@ -85,6 +88,8 @@ __all__ = [
     "MISTAKES",
     "check_absorbed_scores",
     "check_crossover_length",
+    "check_delta_chunk",
+    "check_delta_step",
     "check_dot_product_attention",
     "check_gated_output",
     "check_gpt2_c_attn",

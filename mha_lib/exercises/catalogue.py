@@ -88,6 +88,14 @@ FAMILIES: dict[str, str] = {
     "gate_fn": "gate function",
     "gate_place": "output projection",
     "gate_axes": "heads",
+    # linear attention and the delta rule, chapter 12d (mha_lib.exercises.linear)
+    "delta_beta": "delta rule",
+    "delta_read": "state layout",
+    "delta_write": "state layout",
+    "delta_output": "update order",
+    "chunk_system": "triangular system",
+    "chunk_output": "chunk output",
+    "chunk_state": "update order",
     # designing a threat run (mha_lib.exercises.judgement)
     "design_seeds": "seeds",
     "design_steps": "controls",
@@ -557,6 +565,61 @@ MISTAKES: dict[tuple[str, str], _Mistake] = {
         "head 0's gate applied to every head",
         "Each head has its own gate: head h of query i is scaled by sigmoid(gate_logits[b, i, "
         "h]). Indexing gate_logits[..., :1] (or [..., 0, None]) broadcasts head 0's gate to all.",
+    ),
+    # linear attention and the delta rule, chapter 12d (mha_lib.exercises.linear)
+    ("delta_beta", "forgotten"): _Mistake(
+        "beta forgotten: the state overwritten at the key instead of corrected by a step beta",
+        "The delta rule moves the value stored at k a fraction beta of the way toward v: "
+        "S + beta k^T (v - k S). Without beta (beta = 1) each token replaces what the state "
+        "returned for its key; multiply the error (v - k S) by beta before writing it.",
+    ),
+    ("delta_read", "S_k"): _Mistake(
+        "the state read as S k^T instead of k S",
+        "In the book's convention (row vectors, as mha_lib.linear) the state maps a key to a "
+        "value from the left: what it holds at k is k S, (1, d) @ (d, d), i.e. "
+        "(k[..., None, :] @ S)[..., 0, :]. S @ k[..., None] reads the transposed state.",
+    ),
+    ("delta_read", "none"): _Mistake(
+        "no correction: S + beta k^T v, linear attention's write",
+        "The delta rule writes the error, not the value: subtract what the state already "
+        "returns for the key, v - k S, so a key written twice holds its latest value instead "
+        "of the sum of both.",
+    ),
+    ("delta_write", "swapped"): _Mistake(
+        "the outer product error^T k instead of k^T error",
+        "The state maps keys (rows) to values (columns): write k[..., :, None] * "
+        "error[..., None, :], (d, 1) times (1, d), so that k S' returns the corrected value.",
+    ),
+    ("delta_output", "old_state"): _Mistake(
+        "the output read from the state before the update",
+        "The token's own key and value are part of its past: update the state first, then "
+        "read it with the query, o = q S', as delta_recurrent does.",
+    ),
+    ("chunk_system", "with_diagonal"): _Mistake(
+        "the diagonal kept in the triangular system: tril(beta K K^T) instead of tril(.., -1)",
+        "Token t's correction u_t depends on the corrections of the tokens *before* it: the "
+        "system is I + tril(beta K K^T, diagonal=-1). With the diagonal, each token also "
+        "subtracts its own correction.",
+    ),
+    ("chunk_system", "no_beta"): _Mistake(
+        "beta left out of the system: I + tril(K K^T, -1) instead of I + tril(beta K K^T, -1)",
+        "Unrolled, u_t = beta_t (v_t - k_t S - sum_{j<t} (k_t . k_j) u_j): beta_t multiplies "
+        "the sum too, so row t of the strict triangle is beta_t times k_t . k_j.",
+    ),
+    ("chunk_output", "strict"): _Mistake(
+        "the strict triangle in the output: each token's own correction missed",
+        "o_t = q_t S_t reads the state after token t's own update: O = Q S + tril(Q K^T) U "
+        "with the diagonal (tril(.., 0)), not tril(.., -1).",
+    ),
+    ("chunk_output", "no_state"): _Mistake(
+        "the state before the chunk forgotten in the output",
+        "Each output reads the state the chunk started from as well as the chunk's own "
+        "corrections: O = Q S + tril(Q K^T) U.",
+    ),
+    ("chunk_state", "not_carried"): _Mistake(
+        "the state before the chunk not carried on: K^T U instead of S + K^T U",
+        "The chunk adds its corrections to the state it started from: the next chunk starts "
+        "from S + K^T U.",
     ),
     # designing a threat run (mha_lib.exercises.judgement)
     ("design_seeds", "too_few"): _Mistake(

@@ -67,6 +67,8 @@ CHECKER_FAMILIES: dict[str, tuple[str, ...]] = {
     "check_streaming_mask": ("window", "sinks", "causality", "mask convention"),
     "check_absorbed_scores": ("scores", "heads", "weight layout"),
     "check_gated_output": ("gate function", "heads", "output projection"),
+    "check_delta_step": ("delta rule", "state layout", "update order"),
+    "check_delta_chunk": ("triangular system", "chunk output", "update order"),
 }
 
 _RUNS = "runs on every case and returns the right shapes"

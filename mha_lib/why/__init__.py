@@ -269,7 +269,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             differs="linear attention adds no parameter; DeltaNet adds W_beta (D x H + H = 260 a layer), "
                     "Gated DeltaNet W_beta and W_alpha (520 a layer); the linear layers have no RoPE (the "
                     "state reads the tokens in order)",
-            where="12d_what_softmax_buys", trial=linear_trial),
+            where="12d_linear_attention", trial=linear_trial),
         Experiment(
             name="linear_deep",
             question="Does the 3:1 hybrid of 2025's models keep what softmax buys, four layers deep?",
@@ -279,7 +279,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             variants=tuple(LINEAR_DEEP_VARIANTS), metric="recall", higher_is_better=True, steps=1500,
             differs="four layers instead of two (about 100,000 parameters more); Gated DeltaNet adds 520 "
                     "parameters a layer",
-            where="12d_what_softmax_buys", trial=linear_deep_trial, threatens="linear"),
+            where="12d_linear_attention", trial=linear_deep_trial, threatens="linear"),
     )
 }
 """Every experiment, by name: the claims, then their threats, then today's attention, then what

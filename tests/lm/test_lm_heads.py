@@ -19,6 +19,8 @@ from mha_lib.lm_heads import (
     link_weights,
 )
 from mha_lib.stories import RELATIONS, sample_stories
+from mha_lib.why.linear_runs import _with_layers
+from mha_lib.why.modern_runs import story_config, story_run
 from mha_lib.viz.text import _NARROW_PLOT_PX, _TICK_PX, _WIDE_PLOT_PX, ablation_figure, head_on_links_figure, links_figure
 
 
@@ -147,3 +149,19 @@ def test_figures_label_as_many_keys_as_fit(stories, tokenizer):
 def test_figures_reject_bad_input(stories, call, match):
     with pytest.raises(ValueError, match=match):
         call(stories[0])
+
+
+def test_find_heads_and_ablate_read_only_the_softmax_layers_of_a_hybrid():
+    # issue 48: the hybrid of linear_runs (Gated DeltaNet below, softmax above), a few steps
+    config = story_config(0, 3)
+    model = story_run(config, "layers: Gated DeltaNet, softmax", _with_layers(config, ("Gated DeltaNet", "softmax")))[0].model
+    stories = held_out_stories(16)
+    found = find_heads(model, stories)
+    assert set(found) == set(RELATIONS)
+    assert all(f.layer == 1 and 0 <= f.head < 4 and math.isfinite(f.weight) for f in found.values())
+    result = ablate(model, stories, found)
+    assert set(result) == set(RELATIONS)
+    assert all(math.isfinite(x) for r in result.values() for pair in r.values() for x in pair)
+    # the hooks are gone: the Gated DeltaNet layer still refuses to give weights it does not have
+    with pytest.raises(ValueError, match="no attention weights"):
+        model(torch.zeros(1, 4, dtype=torch.long), need_weights=True)
