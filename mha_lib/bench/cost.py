@@ -64,8 +64,6 @@ __all__ = [
     "flop_count",
     "format_memory_table",
     "format_table",
-    "guard_contenders",
-    "guard_share",
     "make_case",
     "make_contenders",
     "make_modules",
@@ -424,7 +422,7 @@ def attention_share(times: Mapping[str, Sequence[float]]) -> float:
 
 
 
-def guard_contenders(case: _Case, *, seed: int = 0) -> dict[str, Callable[[], object]]:
+def _guard_contenders(case: _Case, *, seed: int = 0) -> dict[str, Callable[[], object]]:
     """What the guards cost beside the forward they guard (issue 49), to time paired.
 
     ``guards`` runs what a forward under the device policy adds (no host read: a GPU, a graph
@@ -433,7 +431,7 @@ def guard_contenders(case: _Case, *, seed: int = 0) -> dict[str, Callable[[], ob
     (:func:`~mha_lib.attention.fit_queries`) and the rule's NaN added to the output;
     ``forward`` is the fast-path forward (``need_weights=False``) as the case's device runs it
     (on the CPU: the guards only where they would change something). Without valid lengths
-    (a self-attention on the case's queries); the guards' share: :func:`guard_share`.
+    (a self-attention on the case's queries); the guards' share: :func:`_guard_share`.
     """
     from mha_lib.attention import NonFiniteRule, fit_queries
 
@@ -461,12 +459,12 @@ def guard_contenders(case: _Case, *, seed: int = 0) -> dict[str, Callable[[], ob
     return {"guards": guards, "forward": forward}
 
 
-def guard_share(times: Mapping[str, Sequence[float]]) -> float:
+def _guard_share(times: Mapping[str, Sequence[float]]) -> float:
     """Median time of the guards as a share of a fast-path forward, from paired times
-    (:func:`mha_lib.timing.time_paired` of :func:`guard_contenders`)."""
+    (:func:`mha_lib.timing.time_paired` of :func:`_guard_contenders`)."""
     if not isinstance(times, Mapping) or not {"guards", "forward"} <= set(times):
         raise ValueError(f"times must map 'guards' and 'forward' to their times (see "
-                         f"guard_contenders), got {times!r}")
+                         f"_guard_contenders), got {times!r}")
     guards, forward = (
         check_sequence(times[key], f"times[{key!r}]", "times in seconds", check_positive_number)
         for key in ("guards", "forward")

@@ -142,15 +142,15 @@ def test_split_contenders_run():
 
 
 def test_guard_contenders_run_and_their_share_is_the_median_ratio():
-    fns = cost.guard_contenders(cost.make_case(TINY, masked=False))
+    fns = cost._guard_contenders(cost.make_case(TINY, masked=False))
     assert set(fns) == {"guards", "forward"}
     assert fns["guards"]().shape == (2, 2, 3, 4) and fns["forward"]().shape == (2, 3, 8)
     times = {"guards": [1.0, 3.0, 1.0], "forward": [4.0, 4.0, 2.0]}
-    assert cost.guard_share(times) == 0.5
+    assert cost._guard_share(times) == 0.5
     with pytest.raises(ValueError, match="case"):
-        cost.guard_contenders(TINY)
+        cost._guard_contenders(TINY)
     with pytest.raises(ValueError, match="guards"):
-        cost.guard_share({"forward": [1.0]})
+        cost._guard_share({"forward": [1.0]})
 
 def test_weights_bytes():
     assert cost.weights_bytes(TINY) == 2 * 2 * 3 * 5 * 4

@@ -144,6 +144,24 @@ def {name}(q_proj_weight, k_proj_weight, num_heads, num_kv_heads):
     back = rope_permutation(d, num_heads).argsort()
     return q_proj_weight[back], W_k[back]
 ''',
+    "check_delta_step": '''\
+def {name}(S, q, k, v, beta):
+    stored = (k[..., None, :] @ S)[..., 0, :]  # k S, (B, H, d)
+    new = S + k[..., :, None] * (v - stored)[..., None, :]  # the step beta left out
+    return new, (q[..., None, :] @ new)[..., 0, :]
+''',
+    "check_delta_chunk": '''\
+import torch
+
+
+def {name}(S, Q, K, V, beta):
+    C = Q.shape[2]
+    b = beta[..., None]  # (B, H, C, 1)
+    system = torch.eye(C, dtype=Q.dtype) + (b * (K @ K.mT)).tril(-1)  # (B, H, C, C)
+    U = torch.linalg.solve_triangular(system, b * (V - K @ S), upper=False)  # (B, H, C, d)
+    O = Q @ S + (Q @ K.mT).tril(-1) @ U  # the strict triangle: token t misses its own correction
+    return O, S + K.mT @ U
+''',
 }
 
 _MISTAKE = {
@@ -158,6 +176,8 @@ _MISTAKE = {
     "check_rotary": ("pairs", "halves"),
     "check_gpt2_c_attn": ("conv1d", "not_transposed"),
     "check_llama_qk": ("kv_repeat", "tiled"),
+    "check_delta_step": ("delta_beta", "forgotten"),
+    "check_delta_chunk": ("chunk_output", "strict"),
 }
 
 
