@@ -16,8 +16,7 @@ from collections.abc import Mapping
 import plotly.graph_objects as go
 
 from mha_lib.stories import RELATIONS
-from mha_lib.viz.today import _COLOURS, _SYMBOLS, _below, _describe, _legend_above
-from mha_lib.why.results import load_results, shipped_metrics
+from mha_lib.viz.today import _COLOURS, _SYMBOLS, _below, _describe, _legend_above, _shipped
 
 __all__ = ["distance_figure"]
 
@@ -44,12 +43,7 @@ def distance_figure(name: str = "linear", results: dict | None = None) -> go.Fig
     """
     if name not in _EXPERIMENTS:
         raise ValueError(f"name must be one of {_EXPERIMENTS}, got {name!r}")
-    results = load_results() if results is None else results
-    if not isinstance(results, Mapping) or name not in results.get("experiments", {}):
-        raise ValueError(f"results must hold the runs of {name!r} (like mha_lib.why.load_results())")
-    runs = shipped_metrics(name, results)
-    seeds = sorted(runs, key=int)
-    variants = list(runs[seeds[0]])
+    runs, seeds, variants = _shipped(name, results)
 
     def view(relation: str) -> tuple[dict, dict]:
         xs, ys, texts = [], [], []

@@ -278,6 +278,17 @@ def _positions(runs: dict, name: str, variants: list[str]) -> tuple[list, list]:
     return shown, sizes
 
 
+def _shipped(name: str, results: object) -> tuple[dict, list[str], list[str]]:
+    """The runs of experiment ``name`` in ``results`` (None: the shipped file), ``{seed: {variant:
+    metrics}}``, with the seeds in order and the variants in the experiment's order."""
+    results = load_results() if results is None else results
+    if not isinstance(results, Mapping) or name not in results.get("experiments", {}):
+        raise ValueError(f"results must hold the runs of {name!r} (like mha_lib.why.load_results())")
+    runs = shipped_metrics(name, results)
+    seeds = sorted(runs, key=int)
+    return runs, seeds, list(runs[seeds[0]])
+
+
 def cost_figure(name: str, results: dict | None = None) -> go.Figure:
     """The shipped runs of experiment ``name`` (a key of ``_COST``: ``"mla"``, ``"gated"`` and
     their threats ``"mla_long"``, ``"gated_lr"``, and ``"output_story"``): a metric of each
@@ -289,12 +300,7 @@ def cost_figure(name: str, results: dict | None = None) -> go.Figure:
     """
     if name not in _COST:
         raise ValueError(f"name must be one of {sorted(_COST)}, got {name!r}")
-    results = load_results() if results is None else results
-    if not isinstance(results, Mapping) or name not in results.get("experiments", {}):
-        raise ValueError(f"results must hold the runs of {name!r} (like mha_lib.why.load_results())")
-    runs = shipped_metrics(name, results)
-    seeds = sorted(runs, key=int)
-    variants = list(runs[seeds[0]])
+    runs, seeds, variants = _shipped(name, results)
     title, metrics = _COST[name]
     x, sizes = _positions(runs, name, variants)
 
