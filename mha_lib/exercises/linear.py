@@ -133,7 +133,7 @@ def _chunk_variant(S: Tensor, Q: Tensor, K: Tensor, V: Tensor, beta: Tensor, spe
     b = beta[..., None]  # (B, H, C, 1)
     KK = K @ K.mT  # (B, H, C, C)
     system = {"with_diagonal": (b * KK).tril(), "no_beta": KK.tril(-1)}.get(spec.get("chunk_system"), (b * KK).tril(-1))
-    system = system + torch.eye(C, dtype=Q.dtype)
+    system = system + torch.eye(C, dtype=Q.dtype, device=Q.device)
     U = torch.linalg.solve_triangular(system, b * (V - K @ S), upper=False)  # (B, H, C, d)
     mix = (Q @ K.mT).tril(-1 if spec.get("chunk_output") == "strict" else 0)  # (B, H, C, C)
     O = mix @ U + (0 if spec.get("chunk_output") == "no_state" else Q @ S)
