@@ -1,5 +1,6 @@
 """gpt-oss (sink logits), Gemma 2 (soft-capping, its own scale), BLOOM (ALiBi), Qwen 3
-(QK-norm per head, RoPE base 1000000) and OLMo 2 (QK-norm over the width) from
+(QK-norm per head, RoPE base 1000000), OLMo 2 (QK-norm over the width) and Gemma 3 (QK-norm
+per head, its own scale, a RoPE base per kind of layer) from
 ``transformers``, both ways, against ``transformers``' own eager attention.
 
 Each model is built from a tiny config (random weights, seeded, nothing downloaded) and runs
@@ -24,12 +25,14 @@ from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.interop import (
     from_bloom_attention,
     from_gemma2_attention,
+    from_gemma3_attention,
     from_gpt_oss_attention,
     from_olmo2_attention,
     from_qwen3_attention,
     layer_mask,
     to_bloom_attention,
     to_gemma2_attention,
+    to_gemma3_attention,
     to_gpt_oss_attention,
     to_olmo2_attention,
     to_qwen3_attention,
@@ -40,7 +43,7 @@ from mha_lib.multihead import MultiHeadAttention
 from mha_lib.scores import alibi, softcap
 
 WINDOW = 3
-FAMILIES = ["gpt_oss", "gemma2", "bloom", "qwen3", "olmo2"]
+FAMILIES = ["gpt_oss", "gemma2", "bloom", "qwen3", "olmo2", "gemma3"]
 
 
 def _model(family, seed=0, dtype=torch.float32):
@@ -67,6 +70,13 @@ def _model(family, seed=0, dtype=torch.float32):
                 **{**sizes, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
                 use_sliding_window=True, layer_types=["sliding_attention", "full_attention"])
             model = transformers.Qwen3ForCausalLM(config)
+        elif family == "gemma3":  # a scale of its own, two bases (local 10000, global 1000000)
+            bases = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                     "full_attention": {"rope_type": "default", "rope_theta": 1e6}}
+            config = transformers.Gemma3TextConfig(
+                **{**sizes, "rope_parameters": bases}, query_pre_attn_scalar=5, rms_norm_eps=1e-6,
+                layer_types=["sliding_attention", "full_attention"])
+            model = transformers.Gemma3ForCausalLM(config)
         elif family == "gpt_oss":
             config = transformers.GptOssConfig(**sizes, num_local_experts=2, num_experts_per_tok=1,
                                                experts_implementation="eager")  # (float64 too)
@@ -84,7 +94,8 @@ def _model(family, seed=0, dtype=torch.float32):
 
 
 FROM = {"gpt_oss": from_gpt_oss_attention, "gemma2": from_gemma2_attention,
-        "bloom": from_bloom_attention, "qwen3": from_qwen3_attention, "olmo2": from_olmo2_attention}
+        "bloom": from_bloom_attention, "qwen3": from_qwen3_attention, "olmo2": from_olmo2_attention,
+        "gemma3": from_gemma3_attention}
 
 
 def _to(family, layer, attn):
@@ -96,8 +107,9 @@ def _to(family, layer, attn):
     if family in ("gpt_oss", "qwen3"):
         to = to_gpt_oss_attention if family == "gpt_oss" else to_qwen3_attention
         return to(layer, sliding_window=attn.sliding_window)
-    return to_gemma2_attention(layer, sliding_window=attn.sliding_window,
-                               query_pre_attn_scalar=attn.config.query_pre_attn_scalar)
+    to = to_gemma2_attention if family == "gemma2" else to_gemma3_attention
+    return to(layer, sliding_window=attn.sliding_window,
+              query_pre_attn_scalar=attn.config.query_pre_attn_scalar)
 
 
 def _record(model, attns, ids, **kwargs):
@@ -351,10 +363,11 @@ def test_round_trip_keeps_every_option(family, Hkv, g, half, dropout, bias, cap,
         s = GroupedQueryAttention.Settings(D, H, Hkv, dropout, bias, rope=True,
                                            score_mod=None if family != "gemma2" or cap is None else softcap(cap),
                                            sink_logits=family == "gpt_oss",
-                                           qk_norm={"qwen3": "head", "olmo2": "width"}.get(family))
+                                           qk_norm={"qwen3": "head", "olmo2": "width", "gemma3": "head"}.get(family))
         layer = build(GroupedQueryAttention, s).train(training)
         to = {"gpt_oss": to_gpt_oss_attention, "gemma2": to_gemma2_attention,
-              "qwen3": to_qwen3_attention, "olmo2": lambda m, sliding_window: to_olmo2_attention(m)}[family]
+              "qwen3": to_qwen3_attention, "olmo2": lambda m, sliding_window: to_olmo2_attention(m),
+              "gemma3": to_gemma3_attention}[family]
         back = FROM[family](to(layer, sliding_window=window))
     assert back.settings == s and back.training == training
     x = torch.randn(2, 5, D)
