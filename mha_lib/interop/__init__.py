@@ -22,7 +22,9 @@ module on the same inputs (the tests check every direction on random inputs and 
   its RoPE base (:func:`from_qwen3_attention`, :func:`to_qwen3_attention`), OLMo 2's over
   the width (:func:`from_olmo2_attention`, :func:`to_olmo2_attention`), Gemma 3's per head
   with its own scale and a RoPE base per kind of layer, local or global
-  (:func:`from_gemma3_attention`, :func:`to_gemma3_attention`).
+  (:func:`from_gemma3_attention`, :func:`to_gemma3_attention`), Llama 4's chunked RoPE
+  layers with an L2 norm and its NoPE layers with a temperature
+  (:func:`from_llama4_attention`, :func:`to_llama4_attention`).
 
 ``transformers`` is imported only by the functions that need it, so the PyTorch converters
 cost nothing more. Nothing is downloaded: models come from a config (random weights) or from
@@ -37,6 +39,7 @@ from mha_lib.interop._gpt_oss import from_gpt_oss_attention, to_gpt_oss_attentio
 from mha_lib.interop._qk_norms import (from_olmo2_attention, from_qwen3_attention,
                                        to_olmo2_attention, to_qwen3_attention)
 from mha_lib.interop._llama import from_hf_llama, from_llama_attention, layer_mask, to_llama_attention
+from mha_lib.interop._llama4 import from_llama4_attention, to_llama4_attention
 from mha_lib.interop._torch import _torch_attn_mask, from_torch_mha, to_torch_mha
 
 __all__ = [
@@ -47,6 +50,7 @@ __all__ = [
     "from_gpt2_attention",
     "from_gpt_oss_attention",
     "from_hf_llama",
+    "from_llama4_attention",
     "from_llama_attention",
     "from_olmo2_attention",
     "from_qwen3_attention",
@@ -57,6 +61,7 @@ __all__ = [
     "to_gemma3_attention",
     "to_gpt2_attention",
     "to_gpt_oss_attention",
+    "to_llama4_attention",
     "to_llama_attention",
     "to_olmo2_attention",
     "to_qwen3_attention",

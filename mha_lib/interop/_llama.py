@@ -40,7 +40,7 @@ from mha_lib._checks import check_positive_int
 from mha_lib._settings import build
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.llama import LlamaConfig, LlamaLM
-from mha_lib.masks import Mask, causal, sliding_window
+from mha_lib.masks import Mask, causal, chunked, sliding_window
 from mha_lib.positions import Rope, rope_permutation
 from mha_lib.scores import ScoreMod
 
@@ -118,8 +118,10 @@ def layer_mask(attn: nn.Module) -> Mask:
     """The book's mask for a Hugging Face decoder's attention layer at positions 0, 1, ...:
     ``causal()``, or ``sliding_window(w)`` (query i sees keys i - w < j <= i, as
     ``transformers``' ``sliding_window_overlay``: ``kv_idx > q_idx - w``) on a layer with a
-    window: Mistral's every layer, every other layer of Gemma 2 and gpt-oss
-    (``config.layer_types``, ``"sliding_attention"``; ``attn.sliding_window`` is then set).
+    window: Mistral's every layer, every other layer of Gemma 2 and gpt-oss, five layers in six
+    of Gemma 3 (``config.layer_types``, ``"sliding_attention"``; ``attn.sliding_window`` is
+    then set); ``chunked(c)`` on Llama 4's ``"chunked_attention"`` layers
+    (``config.attention_chunk_size``).
 
     Raises:
         ValueError: ``attn`` not a Hugging Face attention layer.
@@ -130,6 +132,9 @@ def layer_mask(attn: nn.Module) -> Mask:
     window = getattr(attn, "sliding_window", None)
     if window is None and type(attn).__name__ == "MistralAttention":  # (its config holds it)
         window = getattr(attn.config, "sliding_window", None)
+    types, i = getattr(getattr(attn, "config", None), "layer_types", None), getattr(attn, "layer_idx", None)
+    if types and isinstance(i, int) and i < len(types) and types[i] == "chunked_attention":
+        return chunked(attn.config.attention_chunk_size)  # (Llama 4's RoPE layers)
     return causal() if window is None else sliding_window(window)
 
 
@@ -255,14 +260,16 @@ def _rope_parameters_of(spec: Rope, target: str, scalings: tuple[str, ...]) -> d
     return params
 
 
-def _rope_layer_to(gqa: GroupedQueryAttention, attn: nn.Module, query_scale: float = 1.0) -> nn.Module:
+def _rope_layer_to(gqa: GroupedQueryAttention, attn: nn.Module, query_scale: float = 1.0,
+                   pairs: str = "halves") -> nn.Module:
     """Copy ``gqa``'s weights into ``attn`` (Llama's layout, on ``gqa``'s dtype and device, in
     its mode), ``q_proj`` (and its bias) multiplied by ``query_scale``: the inverse of
-    :func:`_rope_layer_from`."""
+    :func:`_rope_layer_from` (``pairs="interleaved"``: the rows stay)."""
     weight = gqa.W_q.weight
     attn = attn.to(dtype=weight.dtype, device=weight.device)
     d, H, Hkv = gqa.head_size, gqa.num_heads, gqa.num_kv_heads
-    interleaved_to_halves = {"q_proj": rope_permutation(d, H), "k_proj": rope_permutation(d, Hkv)}
+    interleaved_to_halves = {} if pairs == "interleaved" else {
+        "q_proj": rope_permutation(d, H), "k_proj": rope_permutation(d, Hkv)}
     with torch.no_grad():
         for theirs, ours in (("q_proj", gqa.W_q), ("k_proj", gqa.W_k), ("v_proj", gqa.W_v),
                              ("o_proj", gqa.W_o)):
