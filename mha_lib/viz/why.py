@@ -227,7 +227,8 @@ def length_figure(results: dict | None = None) -> go.Figure:
                 y = runs[seed][variant]["extra"]["by_offset"][L]
                 fig.add_scatter(x=list(range(4, 4 + len(y))), y=y, mode="lines+markers", name=variant,
                                 legendgroup=variant, showlegend=row == 1, row=row, col=1,
-                                line=dict(color=_COLOURS[i % 7], dash=_DASHES[i % 5]), marker=dict(size=4),
+                                line=dict(color=(*_COLOURS, "#882255")[i % 8], dash=_DASHES[i % 5]),
+                                marker=dict(size=4),
                                 hovertemplate=f"{variant}, L' = {L}, " + "n = %{x}: %{y:.2f}<extra></extra>")
     _seed_slider(fig, seeds, len(lengths) * len(variants))
     for row in range(1, len(lengths) + 1):
@@ -241,6 +242,7 @@ def length_figure(results: dict | None = None) -> go.Figure:
                       legend=dict(orientation="h", x=0, y=1.06, yanchor="bottom"))
     return _describe(fig, "Accuracy of copying n tokens back at lengths 32 and 64 for a two-layer "
                           "model trained at length 16 on n = 4 to 7 (the shaded band), for each "
-                          "variant: RoPE as trained, with position interpolation, with a short "
-                          "fine-tune with and without it, the causal mask alone, and ALiBi; one "
-                          "seed at a time (a slider picks it).")
+                          "variant: RoPE as trained, with position interpolation, NTK-aware "
+                          "scaling or YaRN (no training), with a short fine-tune with and without "
+                          "interpolation, the causal mask alone, and ALiBi; one seed at a time (a "
+                          "slider picks it).")

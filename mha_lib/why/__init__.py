@@ -214,17 +214,20 @@ EXPERIMENTS: dict[str, Experiment] = {
             where="12c_attention_today", trial=mla_trial),
         Experiment(
             name="rope_length",
-            question="Does a RoPE model trained at length 16 work at 32 and 64, and does position "
-                     "interpolation repair it?",
+            question="Does a RoPE model trained at length 16 work at 32 and 64, and do position "
+                     "interpolation, NTK-aware scaling or YaRN repair it?",
             claim="Two layers (D = 32, H = 2) trained 600 steps at the learning rate 0.003 to copy 4 "
-                  "to 7 tokens at length 16 with RoPE copy as well at lengths 32 and 64 (0.97) but "
-                  "fail at the offsets never trained (about 0.2; near chance from n = 11); position "
-                  "interpolation alone lifts them to 0.52 at length 32 and drops the trained "
-                  "offsets to 0.59; with a 100-step fine-tune at length 64 (learning rate 0.003) it "
-                  "reaches 0.83 to 0.85 at the new offsets, against 0.75 to 0.78 for the same "
-                  "fine-tune without it, on every seed, while both fine-tunes lose some of the "
-                  "trained offsets (0.81, 0.87); the causal mask alone and ALiBi fall with the "
-                  "offset (0.36 and 0.39 at the new offsets of length 64).",
+                  "to 7 tokens at length 16 with RoPE copy as well at lengths 32 and 64 (0.97 to "
+                  "0.98) but fail at the offsets never trained (0.14 to 0.22; near chance from "
+                  "n = 11), on 8 of 8 seeds. Without training, position interpolation lifts the new "
+                  "offsets at length 32 to 0.49 to 0.62 and drops the trained ones to 0.54 to 0.68; "
+                  "NTK-aware scaling keeps the trained offsets (0.88 to 0.97) and barely moves the "
+                  "new ones (0.15 to 0.30); YaRN beats interpolation at the new offsets on 8 of 8 "
+                  "seeds (0.69 to 0.77 at length 32, 0.44 to 0.48 at 64) and at the trained ones "
+                  "of length 64. A 100-step fine-tune at length 64 (learning rate 0.003) with "
+                  "interpolation reaches 0.82 to 0.91 at the new offsets, 0.06 to 0.14 above the "
+                  "same fine-tune without it on 8 of 8 seeds; the causal mask alone and ALiBi fall "
+                  "with the offset (0.25 to 0.38 and 0.33 to 0.41 at the new offsets of length 64).",
             variants=LENGTH_VARIANTS, metric="accuracy_64_new", higher_is_better=True, steps=600,
             differs="no variant adds parameters (ALiBi's slopes are fixed); the two fine-tunes train "
                     "100 steps more (steps // 6) on copies at length 64 (17 tokens: the separator)",

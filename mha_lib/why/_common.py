@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from mha_lib._checks import check_positive_int, check_size
 from mha_lib.block import TransformerBlock
 from mha_lib.masking import causal_valid_lens
-from mha_lib.positions import sinusoidal
+from mha_lib.positions import Rope, sinusoidal
 from mha_lib.scores import alibi
 from mha_lib.training import train_loop, warmup_cosine
 
@@ -172,13 +172,15 @@ class SequenceModel(nn.Module):
         norm_first: pre-LN (True) or post-LN blocks.
         num_kv_heads: Hkv for grouped-query attention (None: multi-head attention).
         rope_scale: the factor of RoPE's angles (``"rotary"`` only; position interpolation).
+        rope: the position spec of ``"rotary"`` (a :class:`~mha_lib.positions.Rope`: NTK-aware,
+            YaRN, ...), instead of ``rope_scale``; None: plain RoPE times ``rope_scale``.
 
     ``positions`` may also be one of :data:`POSITIONS_MORE`.
     """
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, max_len: int,
                  positions: str = "rotary", *, norm_first: bool = True,
-                 num_kv_heads: int | None = None, rope_scale: float = 1.0) -> None:
+                 num_kv_heads: int | None = None, rope_scale: float = 1.0, rope: Rope | None = None) -> None:
         super().__init__()
         if positions not in POSITIONS + POSITIONS_MORE:
             raise ValueError(f"positions must be one of {POSITIONS + POSITIONS_MORE}, got {positions!r}")
@@ -187,15 +189,18 @@ class SequenceModel(nn.Module):
         self.embedding = nn.Embedding(vocab_size, D)
         if positions == "learned":
             self.position_embedding = nn.Embedding(max_len, D)
-        rope = positions == "rotary"
-        extra = {"rope_scale": rope_scale} if rope else {}
+        rotary = positions == "rotary"
+        if rope is not None and rope_scale != 1.0:
+            raise ValueError(f"rope_scale must be 1 with rope= (say Rope(scale=...)), got {rope_scale!r}")
+        if not rotary and (rope_scale != 1.0 or rope is not None):
+            raise ValueError(f"rope_scale must be 1 and rope None unless positions='rotary', got "
+                             f"rope_scale={rope_scale!r}, rope={rope!r}")
+        extra = {"rope_scale": rope_scale} if rotary and rope is None else {}
         if positions == "alibi":
             extra = {"score_mod": alibi(num_heads)}
-        elif not rope and rope_scale != 1.0:
-            raise ValueError(f"rope_scale must be 1 unless positions='rotary', got {rope_scale!r}")
         self.blocks = nn.ModuleList(
-            TransformerBlock(D, num_heads, 4 * D, 0.0, norm_first, num_kv_heads=num_kv_heads, rope=rope,
-                             **extra)
+            TransformerBlock(D, num_heads, 4 * D, 0.0, norm_first, num_kv_heads=num_kv_heads,
+                             rope=rotary if rope is None else rope, **extra)
             for _ in range(check_positive_int(num_layers, "num_layers"))
         )
         self.norm = nn.LayerNorm(D)

@@ -8,6 +8,12 @@ sequences of length L' = 32 and 64 with every n that fits (4 to L'/2 - 1): n = 8
 * ``rotary``                 RoPE as trained (the angles of positions 0 .. L' - 1);
 * ``rotary + PI``            position interpolation (Chen et al., 2023), no training: at length
   L' every angle times L / L' (:func:`mha_lib.positions.rotary`'s ``scale``);
+* ``rotary + NTK``           NTK-aware scaling for L' / L times the length, no training: the base
+  grows, so the slow pairs are interpolated and the fast ones barely move
+  (``Rope(ntk=L' / L)``);
+* ``rotary + YaRN``          YaRN for L' / L times the length, no training: pairs that turn many
+  times within L keep their frequency, the slow ones are interpolated, and the scores are
+  sharpened by the attention factor (``Rope(yarn=L' / L, original_length=L)``);
 * ``rotary + PI + fine-tune`` the same with the scale L / 64 = 1/4, fine-tuned for a few steps
   on copies at length 64 (n = 4 to 31), then run with that scale at both lengths;
 * ``rotary + fine-tune``     the control: the same fine-tune without the interpolation;
@@ -22,6 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from mha_lib.positions import Rope
 from mha_lib.why._common import Outcome, SequenceModel, fit, parameter_count, seeded, summarise_curve
 from mha_lib.why.sequence_runs import _D, _H, _TRAIN_LEN, _V, _accuracy, _batches, _loss
 from mha_lib.why.threats import _COPY_TRAIN, _copy_batch
@@ -31,8 +38,8 @@ __all__ = ["LENGTHS", "LENGTH_VARIANTS", "length_trial"]
 LENGTHS = (32, 64)
 """The test lengths L' (two and four times the training length L = 16)."""
 
-LENGTH_VARIANTS = ("rotary", "rotary + PI", "rotary + PI + fine-tune", "rotary + fine-tune",
-                   "causal", "alibi")
+LENGTH_VARIANTS = ("rotary", "rotary + PI", "rotary + NTK", "rotary + YaRN", "rotary + PI + fine-tune",
+                   "rotary + fine-tune", "causal", "alibi")
 """The variants of :func:`length_trial`, in the order they are reported."""
 
 _LR, _FT_LR = 3e-3, 3e-3
@@ -60,7 +67,12 @@ def _scored(model: SequenceModel, sets: dict[int, tuple[Tensor, Tensor]], length
 
 def _with_scale(model: SequenceModel, scale: float) -> SequenceModel:
     """A copy of the rotary ``model`` whose RoPE angles are multiplied by ``scale``."""
-    scaled = SequenceModel(_V + 1, _D, _H, 2, max(LENGTHS), "rotary", rope_scale=scale)
+    return _with_rope(model, Rope(scale=scale))
+
+
+def _with_rope(model: SequenceModel, rope: Rope) -> SequenceModel:
+    """A copy of the rotary ``model`` that rotates by the position spec ``rope``."""
+    scaled = SequenceModel(_V + 1, _D, _H, 2, max(LENGTHS), "rotary", rope=rope)
     scaled.load_state_dict(model.state_dict())
     return scaled
 
@@ -95,6 +107,9 @@ def length_trial(seed: int, steps: int) -> dict[str, Outcome]:
     runs = {  # variant: (the model at each length, its training history, the fine-tune's or None)
         "rotary": ({L: rotary for L in LENGTHS}, base, None),
         "rotary + PI": ({L: _with_scale(rotary, _TRAIN_LEN / L) for L in LENGTHS}, base, None),
+        "rotary + NTK": ({L: _with_rope(rotary, Rope(ntk=L / _TRAIN_LEN)) for L in LENGTHS}, base, None),
+        "rotary + YaRN": ({L: _with_rope(rotary, Rope(yarn=L / _TRAIN_LEN, original_length=_TRAIN_LEN))
+                           for L in LENGTHS}, base, None),
         "rotary + PI + fine-tune": ({L: pi_model for L in LENGTHS}, base, pi_history),
         "rotary + fine-tune": ({L: plain_model for L in LENGTHS}, base, plain_history),
         "causal": ({L: trained["causal"][0] for L in LENGTHS}, trained["causal"][1], None),

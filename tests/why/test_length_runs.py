@@ -27,6 +27,7 @@ def test_at_half_the_steps_rope_fails_at_new_offsets_and_interpolation_moves_the
     assert pi["accuracy_16"] == rotary["accuracy_16"]  # (scale 1 at the training length)
     assert pi["accuracy_32_new"] > rotary["accuracy_32_new"] + 0.2
     assert pi["accuracy_32_trained"] < rotary["accuracy_32_trained"] - 0.2
+    assert m["rotary + YaRN"]["accuracy_32_new"] > pi["accuracy_32_new"]  # no training either
     for tuned in ("rotary + PI + fine-tune", "rotary + fine-tune"):
         assert m[tuned]["accuracy_64_new"] > rotary["accuracy_64_new"] + 0.3
     for other in ("causal", "alibi"):
@@ -36,22 +37,25 @@ def test_at_half_the_steps_rope_fails_at_new_offsets_and_interpolation_moves_the
 
 def test_the_shipped_runs_support_the_claim_on_every_seed():
     runs = shipped_metrics("rope_length")
-    assert sorted(runs) == ["0", "1", "2"]
+    assert sorted(runs, key=int) == [str(seed) for seed in range(8)]
     for m in runs.values():
-        rotary, pi = m["rotary"], m["rotary + PI"]
+        rotary, pi, ntk, yarn = (m[v] for v in ("rotary", "rotary + PI", "rotary + NTK", "rotary + YaRN"))
         tuned, control = m["rotary + PI + fine-tune"], m["rotary + fine-tune"]
         assert min(rotary[f"accuracy_{L}_trained"] for L in (32, 64)) > 0.95
         assert max(rotary[f"accuracy_{L}_new"] for L in (32, 64)) < 0.25
-        assert pi["accuracy_32_new"] > 0.45 and pi["accuracy_32_trained"] < 0.65
+        assert pi["accuracy_32_new"] > 0.45 and pi["accuracy_32_trained"] < 0.7
+        assert min(ntk[f"accuracy_{L}_trained"] for L in (32, 64)) > 0.85 and ntk["accuracy_32_new"] < 0.35
         for L in (32, 64):
-            assert tuned[f"accuracy_{L}_new"] > control[f"accuracy_{L}_new"] + 0.04
-            assert tuned[f"accuracy_{L}_trained"] < control[f"accuracy_{L}_trained"]
+            assert yarn[f"accuracy_{L}_new"] > pi[f"accuracy_{L}_new"] + 0.1
+            assert tuned[f"accuracy_{L}_new"] > control[f"accuracy_{L}_new"] + 0.05
+        assert yarn["accuracy_64_trained"] > pi["accuracy_64_trained"] + 0.1
         assert max(m[v]["accuracy_64_new"] for v in ("causal", "alibi")) < 0.45
 
 
 def test_the_sequence_model_offers_alibi_and_a_rope_scale_without_changing_the_positions_kinds():
     import torch
 
+    from mha_lib.positions import Rope
     from mha_lib.scores import alibi
     from mha_lib.why._common import POSITIONS, POSITIONS_MORE, SequenceModel
 
@@ -68,5 +72,10 @@ def test_the_sequence_model_offers_alibi_and_a_rope_scale_without_changing_the_p
         assert not torch.allclose(scaled(tokens), plain(tokens))
     with pytest.raises(ValueError, match="rope_scale"):
         SequenceModel(17, 32, 2, 2, 64, "causal", rope_scale=0.5)
+    yarn = Rope(yarn=4.0, original_length=16)
+    assert {block.attention.qk.rope for block in SequenceModel(17, 32, 2, 2, 64, rope=yarn).blocks} == {yarn}
+    for positions, kwargs in (("alibi", {"rope": yarn}), ("rotary", {"rope": yarn, "rope_scale": 0.5})):
+        with pytest.raises(ValueError, match="rope"):
+            SequenceModel(17, 32, 2, 2, 64, positions, **kwargs)
     with pytest.raises(ValueError, match="positions"):
         SequenceModel(17, 32, 2, 2, 64, "nope")
