@@ -36,6 +36,7 @@ from mha_lib._checks import (
 )
 from mha_lib._settings import build, record
 from mha_lib.attention import FiniteDotProductAttention, score_operands
+from mha_lib.flex import check_backend
 from mha_lib.masking import softmax_over_kept
 from mha_lib.multihead import MultiHeadAttention, AttentionLayer, check_head_shapes
 from mha_lib.scores import ScoreMod
@@ -131,7 +132,7 @@ class GroupedQueryAttention(AttentionLayer):
             rotation), or False (no positions).
         rope_scale: the factor of every RoPE angle with ``rope=True`` (``rotary``'s ``scale``;
             position interpolation from length L to L' is L / L'); a finite number > 0, else 1.
-        score_mod, sink_logits, gate, qk_norm: as for
+        score_mod, sink_logits, gate, qk_norm, backend: as for
             :class:`~mha_lib.multihead.MultiHeadAttention` (QK-norm comes before RoPE).
 
     The forward is :class:`~mha_lib.multihead.MultiHeadAttention`'s (one forward for both):
@@ -160,13 +161,16 @@ class GroupedQueryAttention(AttentionLayer):
         gate: str | None = None
         rope_scale: float = 1.0
         qk_norm: str | None = None
+        backend: str = "auto"
 
     def __init__(
         self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float, bias: bool = False,
         rope: bool | Rope = False, *, score_mod: ScoreMod | None = None, sink_logits: bool = False,
         gate: str | None = None, rope_scale: float = 1.0, qk_norm: str | None = None,
+        backend: str = "auto",
     ) -> None:
         super().__init__()
+        self.backend = check_backend(backend)
         D = check_positive_int(d_model, "d_model")
         H = check_positive_int(num_heads, "num_heads")
         Hkv = check_positive_int(num_kv_heads, "num_kv_heads")
@@ -232,7 +236,8 @@ def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAtte
     d, g = D // H, H // Hkv
     # every option, by name
     options = {name: getattr(s, name) for name in MultiHeadAttention.OPTIONS}
-    settings = GroupedQueryAttention.Settings(D, H, Hkv, s.dropout, bias=s.bias, **options)
+    settings = GroupedQueryAttention.Settings(D, H, Hkv, s.dropout, bias=s.bias, backend=s.backend,
+                                              **options)
     gqa = build(GroupedQueryAttention, settings, like=mha)
     state = mha.state_dict()  # every weight as it is (W_q, W_o, the gate, the norms, ...),
     for name, value in state.items():  # but the key and value heads: averaged over each group

@@ -49,6 +49,7 @@ from mha_lib.attention import (
     fit_queries,
     guards_change_nothing,
 )
+from mha_lib.flex import attend_flex, check_backend
 from mha_lib.cached import AttentionCache, cached_keys_values, check_cached_attention, query_positions
 from mha_lib.heads import gate_heads, merge_heads, split_heads
 from mha_lib._settings import record
@@ -144,13 +145,17 @@ class AttentionLayer(AttentionOptions):
         k = split_heads(self.W_k(keys), self.num_kv_heads)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
         v = split_heads(self.W_v(values), self.num_kv_heads)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
         q, k = self.qk(q, k, *self._rope_positions(q, k, cache, positions))  # QK-norm, RoPE
-        if cache is not None:  # decoding (chapter 9): the cached positions are keys too
+        out = None if cache is not None or self.backend != "flex" else attend_flex(  # (mha_lib.flex)
+            q, k, v, mask, self.attention, need_weights=need_weights, gates=gates,
+            positions=positions if self.rope else None, **self._scores())  # (B, H, Lq, d) or None
+        if out is None and cache is not None:  # decoding (chapter 9): the cached positions are keys too
             k, v, seen = cached_keys_values(cache, k, v, mask, positions, **self._scores())
-        else:  # the mask (and score modification) at the positions of the queries and keys
+        elif out is None:  # the mask (and score modification) at the positions of the queries and keys
             seen = self._visible(mask, queries, keys, positions)
-        nonfinite = None if finite else lambda: NonFiniteRule.of(queries, keys, values, seen)
-        out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
-                                    gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
+        if out is None:
+            nonfinite = None if finite else lambda: NonFiniteRule.of(queries, keys, values, seen)
+            out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
+                                        gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
         if self.gate is not None:  # gated attention: each head's output times a sigmoid gate
             out = gate_heads(out, self.gate(queries))  # (B, H, Lq, d)
         output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
@@ -248,6 +253,8 @@ class MultiHeadAttention(AttentionLayer):
             feature), before ``W_o`` (gated attention); None: no gate.
         qk_norm: ``"head"`` or ``"width"``: RMSNorm of the queries and keys, per head or over
             the projection's width, before the scores (:mod:`mha_lib.qk`); None: none.
+        backend: ``"auto"`` (the fused kernel, or the weights path) or ``"flex"``
+            (FlexAttention, the same numbers: :mod:`mha_lib.flex`).
 
     ``module.settings`` holds these arguments (a :class:`MultiHeadAttention.Settings`): code
     that rebuilds the module changed (pruning, conversions) starts from it and keeps the rest.
@@ -269,6 +276,7 @@ class MultiHeadAttention(AttentionLayer):
         sink_logits: bool = False
         gate: str | None = None
         qk_norm: str | None = None
+        backend: str = "auto"
 
         def __post_init__(self) -> None:
             if self.output_size == self.d_model:  # one way to say "the default"
@@ -289,8 +297,10 @@ class MultiHeadAttention(AttentionLayer):
         sink_logits: bool = False,
         gate: str | None = None,
         qk_norm: str | None = None,
+        backend: str = "auto",
     ) -> None:
         super().__init__()
+        self.backend = check_backend(backend)
         sizes = {"key_size": key_size, "query_size": query_size, "value_size": value_size,
                  "d_model": d_model, "output_size": d_model if output_size is None else output_size}
         for name, size in sizes.items():

@@ -26,13 +26,14 @@ weights path.
   s * (1 + scale * torch.log(torch.floor((q + 1) / floor_scale) + 1))``.
 * ``first >> then``: both, ``first`` first (additive when both are).
 
-A modification of your own subclasses :class:`ScoreMod` (override :meth:`ScoreMod.__call__`,
+:meth:`ScoreMod.flex_score_mod` gives that ``score_mod`` (``backend="flex"`` of the layers,
+:mod:`mha_lib.flex`). A modification of your own subclasses :class:`ScoreMod` (override :meth:`ScoreMod.__call__`,
 or :meth:`ScoreMod.bias` with ``additive = True``).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -74,6 +75,20 @@ class ScoreMod:
             return self
         raise NotImplementedError(f"{type(self).__name__} cannot keep some of its heads")
 
+    def flex_score_mod(self, device: torch.device | str | None = None) -> Callable:
+        """The modification as FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx)`` (0-d
+        tensors: one score, its example, head, query and key position), its settings captured
+        as tensors on ``device``. A modification of your own that reads no head is called on
+        the one score; one that reads the head overrides this method.
+
+        Raises:
+            ValueError: a modification that reads the head without a FlexAttention form.
+        """
+        if self.num_heads is not None:
+            raise ValueError(f"score_mod {self!r} reads the head and has no FlexAttention form: "
+                             "override ScoreMod.flex_score_mod")
+        return lambda s, b, h, i, j: self(s, i, j)
+
     def __rshift__(self, then: "ScoreMod") -> "ScoreMod":
         """``self`` first, then ``then``."""
         if not isinstance(then, ScoreMod):
@@ -101,6 +116,10 @@ class _Composed(ScoreMod):
     def for_heads(self, heads: Sequence[int]) -> ScoreMod:
         return _Composed(self.first.for_heads(heads), self.then.for_heads(heads))
 
+    def flex_score_mod(self, device=None):
+        first, then = self.first.flex_score_mod(device), self.then.flex_score_mod(device)
+        return lambda s, b, h, i, j: then(first(s, b, h, i, j), b, h, i, j)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Composed) and (self.first, self.then) == (other.first, other.then)
 
@@ -123,6 +142,10 @@ class _Alibi(ScoreMod):
 
     def for_heads(self, heads: Sequence[int]) -> ScoreMod:
         return _Alibi(self.slopes[list(heads)])
+
+    def flex_score_mod(self, device=None):
+        slopes = self.slopes.to(device)  # (H,) float32, as the bias
+        return lambda s, b, h, i, j: s + (-slopes[h] * (i - j)).to(s.dtype)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Alibi) and torch.equal(self.slopes, other.slopes)
@@ -166,6 +189,11 @@ class _Softcap(ScoreMod):
         capped = scores / self.cap  # (a new tensor: tanh and the product may write over it)
         return capped.tanh_().mul_(self.cap) if not capped.requires_grad else capped.tanh() * self.cap
 
+    def flex_score_mod(self, device=None):
+        # (a tensor: an input of the compiled kernel, not a constant compiled per cap)
+        cap = torch.tensor(self.cap, dtype=torch.float64, device=device)
+        return lambda s, b, h, i, j: torch.tanh(s / cap.to(s.dtype)) * cap.to(s.dtype)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Softcap) and self.cap == other.cap
 
@@ -192,6 +220,16 @@ class _Temperature(ScoreMod):
     def __call__(self, scores: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         steps = torch.floor((q_idx + 1).to(scores.dtype) / self.floor_scale)  # (B or 1, 1, Lq, 1)
         return scores * (1 + self.scale * torch.log1p(steps))
+
+    def flex_score_mod(self, device=None):
+        floor_scale, scale = (torch.tensor(x, dtype=torch.float64, device=device)
+                              for x in (self.floor_scale, self.scale))
+
+        def score_mod(s, b, h, i, j):
+            steps = torch.floor((i + 1).to(s.dtype) / floor_scale.to(s.dtype))
+            return s * (1 + scale.to(s.dtype) * torch.log1p(steps))
+
+        return score_mod
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Temperature) and (self.floor_scale, self.scale) == (other.floor_scale, other.scale)

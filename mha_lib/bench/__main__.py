@@ -1,9 +1,10 @@
-"""The one command line of the benchmarks: ``python -m mha_lib.bench [cost|modern|masks|gpu] [options]``.
+"""The one command line of the benchmarks: ``python -m mha_lib.bench [cost|modern|masks|flex|gpu] [options]``.
 
 ``cost`` (the default, chapter 6) prints the table of paired time ratios of our two paths to
 the fused-kernel limit and to ``nn.MultiheadAttention``, and the peak memory of both paths;
 ``modern`` prints the tables of chapters 9-11 (KV cache, grouped-query attention, tiling);
-``masks`` where masks save work; ``gpu`` the layer and windowed attention on a GPU.
+``masks`` where masks save work; ``flex`` the FlexAttention route against SDPA and tiled
+attention; ``gpu`` the layer and windowed attention on a GPU.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from mha_lib._checks import check_positive_int, check_positive_number
-from mha_lib.bench import cost, gpu, masks, modern
+from mha_lib.bench import cost, flex, gpu, masks, modern
 from mha_lib.bench.cost import Sizes
 from mha_lib.timing import loglog_slope
 
@@ -27,7 +28,7 @@ _FULL_SIZES = (Sizes(8, 128, 128, 256, 8), Sizes(8, 512, 512, 512, 8), Sizes(2, 
 _QUICK_SIZES = (Sizes(4, 64, 64, 128, 4), Sizes(2, 256, 256, 128, 4))
 
 #: Per command: repeats and min_time without --quick (with it: 3 and 0.01).
-_DEFAULTS = {"cost": (9, 0.2), "modern": (5, 0.1), "masks": (3, 0.05), "gpu": (30, 0.05)}
+_DEFAULTS = {"cost": (9, 0.2), "modern": (5, 0.1), "masks": (3, 0.05), "flex": (3, 0.05), "gpu": (30, 0.05)}
 
 _COMMANDS = {
     "cost": "chapter 6 (the default): time ratios of MultiHeadAttention's fast path to the "
@@ -38,6 +39,8 @@ _COMMANDS = {
     "masks": "where masks save work: tiled attention that skips hidden tiles (sliding window "
     "256, causal) beside SDPA with the same dense mask and FlexAttention; tiles computed, "
     "peak memory",
+    "flex": "the FlexAttention route (backend='flex') against SDPA with the dense mask and tiled "
+    "attention: windows, documents, sinks, chunked, ALiBi, soft-capping; the compile cost",
     "gpu": "on a GPU, bfloat16: the fast path against Linear + bare SDPA and nn.MultiheadAttention "
     "(no mask and causal, kernels per forward); sliding-window attention against SDPA with the "
     "dense mask and FlexAttention",
@@ -49,6 +52,7 @@ examples:
   {_PROG} --quick           the same at small sizes (seconds)
   {_PROG} modern --quick    the tables of chapters 9-11 at small sizes
   {_PROG} masks --quick     tiled attention under masks at a small length
+  {_PROG} flex --lengths 2048 8192   the FlexAttention route (minutes: it compiles)
   {_PROG} gpu               the GPU tables (a CUDA device; --device cpu for a trial run)
   {_PROG} cost --help       the options of one command (cost, modern, masks, gpu)
 
@@ -102,14 +106,14 @@ def _add_common(parser: argparse.ArgumentParser, repeats: int, min_time: float, 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG,
-        usage=f"{_PROG} [-h] [cost | modern | masks | gpu] [options]",
+        usage=f"{_PROG} [-h] [cost | modern | masks | flex | gpu] [options]",
         description="Benchmarks of multi-head attention (on this CPU; gpu: on a GPU), printed as tables.\n"
         "Without a command, runs 'cost' with the options given.",
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", title="commands",
-                                     metavar="{cost,modern,masks,gpu}")
+                                     metavar="{cost,modern,masks,flex,gpu}")
     c = commands.add_parser("cost", prog=f"{_PROG} cost", help=_COMMANDS["cost"],
                             description=_COMMANDS["cost"])
     c.add_argument("--size", type=_parse_sizes, action="append", metavar="B,Lq,Lk,D,H",
@@ -129,6 +133,13 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--no-flex", action="store_true",
                    help="leave out FlexAttention (torch.compile takes minutes the first time)")
     _add_common(k, *_DEFAULTS["masks"], memory="(unused)")
+    f = commands.add_parser("flex", prog=f"{_PROG} flex", help=_COMMANDS["flex"],
+                            description=_COMMANDS["flex"])
+    f.add_argument("--lengths", type=_parse_positive_int, nargs="+", default=None, metavar="L",
+                   help="sequence lengths (default 2048 8192; 256 with --quick)")
+    f.add_argument("--route-alone", type=_parse_positive_int, nargs="*", default=(), metavar="L",
+                   help="lengths at which only the route is timed (the dense baselines too slow)")
+    _add_common(f, *_DEFAULTS["flex"], memory="(unused)")
     u = commands.add_parser("gpu", prog=f"{_PROG} gpu", help=_COMMANDS["gpu"], description=_COMMANDS["gpu"])
     u.add_argument("--device", default="cuda", help="where to run (default cuda; cpu for a trial run)")
     u.add_argument("--no-flex", action="store_true", help="leave out FlexAttention")
@@ -153,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"median [min-max] of {repeats} paired time ratios",
         flush=True,
     )
-    run = {"cost": _run_cost, "modern": _run_modern, "masks": _run_masks, "gpu": _run_gpu}[args.command]
+    run = {"cost": _run_cost, "modern": _run_modern, "masks": _run_masks, "flex": _run_flex,
+           "gpu": _run_gpu}[args.command]
     run(args, repeats, min_time)
     return 0
 
@@ -232,6 +244,18 @@ def _run_masks(args: argparse.Namespace, repeats: int, min_time: float) -> None:
     _clear_progress()
     print()
     print(masks.format_mask_table(rows, **sizes), flush=True)
+
+
+def _run_flex(args: argparse.Namespace, repeats: int, min_time: float) -> None:
+    """The FlexAttention route against SDPA and tiled attention, and its compile cost."""
+    lengths = args.lengths or ([256] if args.quick else [2048, 8192])
+    rows = []
+    for L in lengths:
+        rows += flex.flex_table([L], repeats=repeats, min_time=min_time, progress=_progress,
+                                baselines=L not in args.route_alone)
+    _clear_progress()
+    print()
+    print(flex.format_flex_table(rows, d=64), flush=True)
 
 
 def _run_gpu(args: argparse.Namespace, repeats: int, min_time: float) -> None:

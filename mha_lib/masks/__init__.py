@@ -32,7 +32,9 @@ Everything an attention path needs is built here from a mask, in one place:
   of positions without building the (Lq, Lk) mask: a tile (a block of queries by a block of
   keys) is *hidden* (skip it), *full* (compute it without the mask) or partial (apply it).
   ``hidden`` and ``full`` are never wrong; a tile they cannot decide is partial, which is
-  always correct (composition keeps this: a tile hidden by one side of ``&`` is hidden).
+  always correct (composition keeps this: a tile hidden by one side of ``&`` is hidden);
+* :meth:`Mask.flex_mask_mod` the mask as FlexAttention's ``mask_mod(b, h, q_idx, kv_idx)``
+  (:mod:`mha_lib.flex` makes its ``BlockMask``: ``backend="flex"`` of the layers).
 
 Shape legend
     B    batch size

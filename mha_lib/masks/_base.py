@@ -5,7 +5,7 @@ composition with ``&`` and ``|``, the dense mask and the tile rule. The kinds ar
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
@@ -129,6 +129,15 @@ class Mask:
     def _check(self, ix: _Index) -> None:
         """Raise a ValueError when the mask's data does not fit these positions."""
 
+    def _mask_mod(self, ix: _Index) -> Callable:
+        """FlexAttention's ``mask_mod(b, h, q_idx, kv_idx)`` (0-d tensors), for indices past the
+        last query or key too (they must not index past the mask's data). A kind without a
+        closed form: a lookup in its dense mask."""
+        keep = self._keep(ix)
+        keep = keep.expand(ix.batch_size, *keep.shape[1:])  # (B or 1, Lq or 1, Lk) -> (B, Lq or 1, Lk)
+        rows, cols = keep.shape[1] - 1, keep.shape[2] - 1
+        return lambda b, h, i, j: keep[b, i.clamp(max=rows), j.clamp(max=cols)]
+
     def _is_causal(self) -> bool:
         """True for exactly the causal mask: at positions 0, 1, ... (queries and keys) it is
         ``is_causal=True`` of ``F.scaled_dot_product_attention``, which then needs no mask."""
@@ -224,6 +233,20 @@ class Mask:
         return self._keep(_Index(batch_size, queries, torch.arange(c0, c1, device=device)[None],
                                  bounds=bounds, rows=rows))
 
+    def flex_mask_mod(self, batch_size: int, num_queries: int, num_keys: int, *,
+                      device: torch.device | str | None = None) -> Callable:
+        """The mask as FlexAttention's ``mask_mod(b, h, q_idx, kv_idx) -> bool`` for Lq queries
+        and Lk keys at positions 0, 1, ... (the mask's data checked against them, as in
+        :meth:`dense`, and captured on ``device``). Indices past Lq or Lk (FlexAttention's
+        padded blocks) are answered without reading past the data.
+
+        Raises:
+            ValueError: as :meth:`dense`.
+        """
+        ix = self._contiguous(batch_size, num_queries, num_keys, 0, device)
+        self._check(ix)
+        return self._mask_mod(ix)
+
     def _contiguous(self, batch_size, num_queries, num_keys, q_offset, device, block_size=0) -> _Index:
         B = check_size(batch_size, "batch_size")
         Lq, Lk = check_size(num_queries, "num_queries"), check_size(num_keys, "num_keys")
@@ -273,6 +296,17 @@ class _Combined(Mask):
     def _check(self, ix):
         for part in self.parts:
             part._check(ix)
+
+    def _mask_mod(self, ix):
+        mods, both = [part._mask_mod(ix) for part in self.parts], self.op == "&"
+
+        def mask_mod(b, h, i, j):
+            keep = mods[0](b, h, i, j)
+            for mod in mods[1:]:
+                keep = keep & mod(b, h, i, j) if both else keep | mod(b, h, i, j)
+            return keep
+
+        return mask_mod
 
     def sees_everything(self, num_keys):
         every = [part.sees_everything(num_keys) for part in self.parts]

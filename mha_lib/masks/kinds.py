@@ -32,6 +32,9 @@ class _Causal(Mask):
     def _is_causal(self) -> bool:
         return True
 
+    def _mask_mod(self, ix):
+        return lambda b, h, i, j: j <= i
+
     def __repr__(self) -> str:
         return "causal()"
 
@@ -53,6 +56,10 @@ class _SlidingWindow(Mask):
         q_lo, q_hi, k_lo, k_hi = ix.position_ranges()
         hidden = (k_lo > q_hi) | (k_hi <= q_lo - self.window)
         return hidden, (k_hi <= q_lo) & (k_lo > q_hi - self.window)
+
+    def _mask_mod(self, ix):
+        w = _scalar(self.window, ix)
+        return lambda b, h, i, j: (j <= i) & (j > i - w)
 
     def __repr__(self) -> str:
         return f"sliding_window({self.window})"
@@ -80,6 +87,10 @@ class _Sinks(Mask):
         q_lo, q_hi, k_lo, k_hi = ix.position_ranges()
         hidden = (k_lo >= self.num_sinks) | (k_lo > q_hi)
         return hidden, (k_hi < self.num_sinks) & (k_hi <= q_lo)
+
+    def _mask_mod(self, ix):
+        n = _scalar(self.num_sinks, ix)
+        return lambda b, h, i, j: (j < n) & (j <= i)
 
     def __repr__(self) -> str:
         return f"sinks({self.num_sinks})"
@@ -111,6 +122,10 @@ class _Chunked(Mask):
         hidden = (k_lo > q_hi) | (k_hi // c < q_lo // c) | (k_lo // c > q_hi // c)
         one_chunk = (q_lo // c == q_hi // c) & (k_lo // c == q_lo // c) & (k_hi // c == q_lo // c)
         return hidden, one_chunk & (k_hi <= q_lo)
+
+    def _mask_mod(self, ix):
+        c = _scalar(self.chunk_size, ix)
+        return lambda b, h, i, j: (j <= i) & (j // c == i // c)
 
     def __repr__(self) -> str:
         return f"chunked({self.chunk_size})"
@@ -154,6 +169,12 @@ def _column(value: int | Tensor, ix: _Index) -> int | Tensor:
     return value if isinstance(value, int) else value.to(ix.device)[:, None, None]
 
 
+def _scalar(value: int, ix: _Index) -> Tensor:
+    """A setting of a mask as a 0-d tensor on the positions' device: FlexAttention's compiled
+    kernel then takes it as an input (another window does not compile again)."""
+    return torch.tensor(value, device=ix.device)
+
+
 class _PrefixLM(Mask):
     def __init__(self, prefix_len: int | Tensor) -> None:
         self.prefix_len = _per_example(prefix_len, "prefix_len")
@@ -169,6 +190,12 @@ class _PrefixLM(Mask):
         q_lo, q_hi, k_lo, k_hi = ix.position_ranges()
         p = _column(self.prefix_len, ix)
         return (k_lo > q_hi) & (k_lo >= p), (k_hi <= q_lo) | (k_hi < p)
+
+    def _mask_mod(self, ix):
+        p = _scalar(self.prefix_len, ix) if isinstance(self.prefix_len, int) else self.prefix_len.to(ix.device)
+        if p.dim() == 0:
+            return lambda b, h, i, j: (j <= i) | (j < p)
+        return lambda b, h, i, j: (j <= i) | (j < p[b])
 
     def _device(self):
         return self.prefix_len.device if isinstance(self.prefix_len, Tensor) else torch.device("cpu")
@@ -231,6 +258,13 @@ class _Padding(Mask):
             lo, hi = ix.query_ranges(lens)  # (B, nQ, 1) each
         return k_lo >= hi, k_hi < lo
 
+    def _mask_mod(self, ix):
+        lens = self.valid_lens.lens.to(ix.device)
+        if lens.dim() == 1:
+            return lambda b, h, i, j: j < lens[b]
+        last = lens.shape[1] - 1  # (a padded query row reads the last row)
+        return lambda b, h, i, j: j < lens[b, i.clamp(max=last)]
+
     def _device(self):
         return self.valid_lens.lens.device
 
@@ -286,6 +320,11 @@ class _Document(Mask):
         k_lo, k_hi = ix.key_ranges(self._ids(ix, ix.keys))  # (B, 1, nK)
         hidden = (k_hi < q_lo) | (k_lo > q_hi)  # no document in common
         return hidden, (q_lo == q_hi) & (k_lo == k_hi) & (k_lo == q_lo)
+
+    def _mask_mod(self, ix):
+        ids = self.doc_ids.to(ix.device)
+        last = ids.shape[1] - 1  # (padded positions read the last document)
+        return lambda b, h, i, j: ids[b, i.clamp(max=last)] == ids[b, j.clamp(max=last)]
 
     def _device(self):
         return self.doc_ids.device

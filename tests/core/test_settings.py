@@ -37,7 +37,7 @@ def mha_settings(draw, self_attention=False):
                    num_heads=st.just(H), dropout=st.sampled_from([0.0, 0.25]),
                    bias=st.booleans(), output_size=st.none() if self_attention else st.none() | st.integers(1, 5),
                    score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates(),
-                   qk_norm=_qk_norms())
+                   qk_norm=_qk_norms(), backend=_backends())
     assert set(options) == _fields(MultiHeadAttention)  # a new option needs a strategy here
     return MultiHeadAttention.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -49,7 +49,7 @@ def gqa_settings(draw):
     options = dict(d_model=st.just(H * 2 * half), num_heads=st.just(H), num_kv_heads=st.just(Hkv),
                    dropout=st.sampled_from([0.0, 0.25]), bias=st.booleans(), rope=st.just(rope),
                    score_mod=_score_mods(H), sink_logits=st.booleans(), gate=_gates(),
-                   rope_scale=_rope_scales(rope is True), qk_norm=_qk_norms())
+                   rope_scale=_rope_scales(rope is True), qk_norm=_qk_norms(), backend=_backends())
     assert set(options) == _fields(GroupedQueryAttention)
     return GroupedQueryAttention.Settings(**{name: draw(s) for name, s in options.items()})
 
@@ -85,6 +85,12 @@ def _ropes(half: int):
     if half == 2:  # (d = 4: room for NTK and a partial rotation)
         specs += [Rope(ntk=2.0), Rope(partial=0.5)]
     return st.sampled_from([False, True, *specs])
+
+
+def _backends():
+    """The default paths only: the FlexAttention route compiles per shape (its numbers and its
+    setting kept by conversions: tests/core/test_flex.py)."""
+    return st.just("auto")
 
 
 def _qk_norms():

@@ -26,7 +26,8 @@ from mha_lib.interop import (
 )
 
 OPTIONS = {"key_size", "query_size", "value_size", "d_model", "num_heads", "dropout", "bias",
-           "output_size", "score_mod", "sink_logits", "gate", "qk_norm"}
+           "output_size", "score_mod", "sink_logits", "gate", "qk_norm",
+           "backend"}  # (backend: how the layer computes, not what: "auto" here, no converter maps it)
 
 
 @st.composite
