@@ -145,14 +145,15 @@ class AttentionLayer(AttentionOptions):
         k = split_heads(self.W_k(keys), self.num_kv_heads)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
         v = split_heads(self.W_v(values), self.num_kv_heads)  # (B, Lk, Hkv*d) -> (B, Hkv, Lk, d)
         q, k = self.qk(q, k, *self._rope_positions(q, k, cache, positions))  # QK-norm, RoPE
-        out = None if cache is not None or self.backend != "flex" else attend_flex(  # (mha_lib.flex)
-            q, k, v, mask, self.attention, need_weights=need_weights, gates=gates,
-            positions=positions if self.rope else None, **self._scores())  # (B, H, Lq, d) or None
-        if out is None and cache is not None:  # decoding (chapter 9): the cached positions are keys too
-            k, v, seen = cached_keys_values(cache, k, v, mask, positions, **self._scores())
-        elif out is None:  # the mask (and score modification) at the positions of the queries and keys
-            seen = self._visible(mask, queries, keys, positions)
+        out = weights = None
+        if self.backend == "flex" and cache is None:  # FlexAttention (mha_lib.flex); None: it declines
+            out = attend_flex(q, k, v, mask, self.attention, need_weights=need_weights, gates=gates,
+                              positions=positions if self.rope else None, **self._scores())
         if out is None:
+            if cache is not None:  # decoding (chapter 9): the cached positions are keys too
+                k, v, seen = cached_keys_values(cache, k, v, mask, positions, **self._scores())
+            else:  # the mask (and score modification) at the positions of the queries and keys
+                seen = self._visible(mask, queries, keys, positions)
             nonfinite = None if finite else lambda: NonFiniteRule.of(queries, keys, values, seen)
             out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
                                         gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)

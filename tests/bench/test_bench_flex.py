@@ -9,6 +9,8 @@ from mha_lib.bench.__main__ import main
 from mha_lib.bench.flex import flex_table, format_flex_table
 from mha_lib.flex import FlexUnavailable
 
+pytestmark = pytest.mark.compiled  # (see tests/core/test_flex.py)
+
 
 def test_a_tiny_table_has_the_ratios_and_the_compile_cost():
     try:

@@ -2,8 +2,12 @@
 
 On the CPU FlexAttention computes float32 (not float64) and inference only: the layers are
 compared in float32 under ``torch.no_grad()``, to 2e-5 (measured: below 1e-7 for the masks
-alone, below 6e-7 with ALiBi, soft-capping and sinks, 2.4e-6 with Llama 4's temperature). The shapes are tiny and few (L < 128
-pads to one block of 128, so one kernel serves them all): each new kind of mask or modification compiles once, seconds each.
+alone, below 6e-7 with ALiBi, soft-capping and sinks, 2.4e-6 with Llama 4's temperature). The
+shapes are tiny and few (L < 128 pads to one block of 128, so one kernel serves them all): each
+new kind of mask or modification compiles once, seconds each.
+
+Marked ``compiled``: the kernels are inductor's own code, which ``MKL_CBWR`` does not change, so
+the portability pass skips them.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from mha_lib.flex import FlexUnavailable, _cached_block_mask, check_backend, fle
 from mha_lib.gqa import GroupedQueryAttention, gqa_from_mha
 from mha_lib.masks import Mask, causal, chunked, document, padding, prefix_lm, sinks, sliding_window
 from mha_lib.scores import ScoreMod, alibi, softcap, temperature
+
+pytestmark = pytest.mark.compiled
 
 ATOL = 2e-5
 B, L, D, H = 2, 40, 16, 2  # (L = 40: the length torch 2.13's CPU kernel got wrong unpadded)
