@@ -12,7 +12,9 @@ head's weights, read from the page's plotly traces, with PyTorch's
 them (``mha_lib.viz.text_explorer._read``, which ``tests/viz/test_text_explorer.py`` checks
 against the model itself): at 1366 x 900 and 390 x 844, keyboard only, no request leaving the
 loopback server, no console error, axe-core clean. A grouped-query model checks the key/value
-head sharing of the page's forward pass.
+head sharing of the page's forward pass; the hybrid of chapter 12d
+(:func:`mha_lib.why.linear_runs.load_hybrid`, and an untrained one) its Gated DeltaNet layer, of
+which the page shows no weights (only the softmax layer's heads, and a note saying why).
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ from mha_lib import lm
 from mha_lib.book.browser import DECODE_PICTURE_JS, _picture_problems
 from mha_lib.book.loopback import serve
 from mha_lib.book.sphinx_ext import FIGURES_JS, LM_JS, PLOTLY_JS, STATIC
+from mha_lib.linear import GatedDeltaNet
 from mha_lib.stories import GENDER as NAMES
 from mha_lib.stories import Tokenizer, sample_stories
 from mha_lib.viz import text_explorer_html
-from mha_lib.viz.text_explorer import _DEFAULT_TEXT, _EXAMPLES, _read, _Reading
+from mha_lib.viz.text_explorer import _DEFAULT_TEXT, _EXAMPLES, _MAX_TOKENS, _read, _Reading
+from mha_lib.why.linear_runs import load_hybrid
 
 CHAPTER = "chapters/12_language_model.html"
+HYBRID_CHAPTER = "chapters/12d_linear_attention.html"  # the hybrid's explorer (issue 48)
 MAX_PAGE_BYTES = 3_000_000  # a first visit, uncompressed (as tests/browser/test_site.py)
 EXPLORER_BYTES = 800_000  # what the explorer adds to its page: the model (0.72 MB) and its script
 ATOL = 1e-4
@@ -63,26 +68,43 @@ def _gqa_model() -> lm.StoryLM:
     return lm.StoryLM(lm.Config(num_kv_heads=2, num_layers=3)).eval()
 
 
+def _untrained_hybrid() -> lm.StoryLM:
+    torch.manual_seed(4)  # Gated DeltaNet below softmax, weights far from their start
+    model = lm.StoryLM(lm.Config())
+    model.blocks[0].attention = GatedDeltaNet(64, 4)
+    with torch.no_grad():
+        for weight in model.blocks[0].attention.parameters():
+            weight.normal_(0.0, 0.3)
+    return model.eval()
+
+
 @pytest.fixture(scope="module")
 def shipped():
     return lm.load_pretrained()
 
 
 @pytest.fixture(scope="module")
-def pages(tmp_path_factory, shipped) -> Path:
-    """A folder with index.html (the shipped model), gqa.html (a grouped-query model) and,
-    when the website is built, ``site`` (a link to it)."""
+def hybrid():
+    return load_hybrid()
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory, shipped, hybrid) -> Path:
+    """A folder with index.html (the shipped model), gqa.html (a grouped-query model),
+    hybrid.html and hybrid-untrained.html (chapter 12d's hybrid, an untrained one) and, when the
+    website is built, ``site`` (a link to it)."""
     folder = tmp_path_factory.mktemp("lm-page")
     static = folder / "_static"
     static.mkdir()
     shutil.copy(STATIC / PLOTLY_JS, static / "plotly.js")
     for name in (FIGURES_JS, LM_JS):
         shutil.copy(STATIC / name, static / name)
-    for name, (model, tokenizer) in {"index.html": shipped, "gqa.html": (_gqa_model(), Tokenizer())}.items():
+    for name, (model, tokenizer) in {"index.html": shipped, "gqa.html": (_gqa_model(), Tokenizer()), "hybrid.html": hybrid,
+                                     "hybrid-untrained.html": (_untrained_hybrid(), Tokenizer())}.items():
         (folder / name).write_text(_PAGE.format(
             title="The story model in a page", figures=FIGURES_JS, lm_js=LM_JS,
             fragment=text_explorer_html(model, tokenizer)), encoding="utf-8")
-    if (SITE_DIR / CHAPTER).exists():
+    if (SITE_DIR / CHAPTER).exists() or (SITE_DIR / HYBRID_CHAPTER).exists():
         (folder / "site").symlink_to(SITE_DIR.resolve(), target_is_directory=True)
     return folder
 
@@ -240,12 +262,50 @@ def test_the_page_computes_what_pytorch_computes(open_context, site_url, shipped
 @pytest.mark.browser
 def test_grouped_query_heads_share_their_keys_in_the_page(open_context, site_url):
     page = _open(open_context, site_url, path="gqa.html")
-    model, tokenizer = _gqa_model(), Tokenizer()
-    _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, _DEFAULT_TEXT))
+    _reads_as_pytorch(page, _gqa_model(), Tokenizer(), SENTENCES[1:3], "desktop", layer=0)
+    _clean(page)
+
+
+def _reads_as_pytorch(page, model: lm.StoryLM, tokenizer: Tokenizer, texts: list[str], viewport: str,
+                      layer: int = 1) -> float:
+    """Type each text (waiting for the heads drawn again) and compare the heads of ``layer``
+    (a hybrid's: its softmax layer 1) with PyTorch; the largest difference, the default text's included."""
+    worst = _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, _DEFAULT_TEXT), layer=layer)
     page.locator("#lm-input").focus()
-    for text in SENTENCES[1:3]:
+    for text in texts:
         _type(page, text)
-        _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, text))
+        worst = max(worst, _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, text), layer=layer))
+        _no_sideways_scroll(page, viewport)
+    return worst
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_a_hybrid_runs_its_gated_deltanet_layer_and_shows_its_softmax_heads(open_context, site_url, hybrid,
+                                                                            screenshot_dir, viewport):
+    page = _open(open_context, site_url, viewport, path="hybrid.html")
+    assert page.locator("input[name=lm-layer]").count() == 1  # layer 1, its softmax layer
+    note = page.locator(".mha-lm-note")
+    assert note.is_visible() and "Layer 0 is a Gated DeltaNet layer" in note.text_content()
+    assert "no attention weights" in note.text_content()
+    worst = _reads_as_pytorch(page, *hybrid, SENTENCES, viewport)
+    page.screenshot(path=str(screenshot_dir / f"lm-hybrid-explorer-{viewport}.png"), full_page=True)
+    print(f"\nhybrid: max |page - PyTorch| over {len(SENTENCES) + 1} texts at {viewport}: {worst:.2e}")
+    _clean(page)
+
+
+@pytest.mark.browser
+def test_an_untrained_hybrid_in_the_page_equals_pytorch(open_context, site_url):
+    page = _open(open_context, site_url, path="hybrid-untrained.html")
+    model, tokenizer = _untrained_hybrid(), Tokenizer()
+    worst = _reads_as_pytorch(page, model, tokenizer, SENTENCES[1:], "desktop")
+    # the continuation depends on the Gated DeltaNet layer too: compare the logits of the last token
+    logits = page.evaluate("() => Array.from(document.getElementById('mha-lm').mhaLM.state.result.logits.at(-1))")
+    with torch.no_grad():
+        expected = model(torch.tensor([tokenizer.encode(SENTENCES[-1])[:_MAX_TOKENS]]))[0, -1].double().numpy()
+    worst_logit = float(np.abs(np.array(logits) - expected).max())
+    print(f"\nuntrained hybrid: max |page - PyTorch| weights {worst:.2e}, last logits {worst_logit:.2e}")
+    assert worst_logit <= 1e-3
     _clean(page)
 
 
@@ -335,17 +395,18 @@ def test_the_standalone_page_is_light(open_context, site_url):
 
 
 @pytest.mark.browser
+@pytest.mark.parametrize("chapter", [CHAPTER, HYBRID_CHAPTER])
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
-def test_the_chapter_page(open_context, site_url, pages, shipped, screenshot_dir, viewport):
-    if not (pages / "site").exists():
-        pytest.skip(f"the website has no {CHAPTER}: build the book first")
-    page = _open(open_context, site_url, viewport, path="site/" + CHAPTER)
+def test_the_chapter_page(open_context, site_url, pages, shipped, hybrid, screenshot_dir, viewport, chapter):
+    if not (SITE_DIR / chapter).exists():
+        pytest.skip(f"the website has no {chapter}: build the book first")
+    page = _open(open_context, site_url, viewport, path="site/" + chapter)
     transferred = _cold_weight(page)
-    html = (pages / "site" / CHAPTER).read_text(encoding="utf-8")
+    html = (pages / "site" / chapter).read_text(encoding="utf-8")
     start = html.index('<div class="mha-lm"')
     fragment = len(html[start:html.index("</script>", start)].encode())
     script = sum(size for url, size in page.bytes_received.items() if "/mha-lm.js" in url)
-    print(f"\n{CHAPTER} at {viewport}, first visit: {transferred} bytes, of which the explorer "
+    print(f"\n{chapter} at {viewport}, first visit: {transferred} bytes, of which the explorer "
           f"{fragment + script} (its HTML and model {fragment}, mha-lm.js {script})")
     assert fragment + script <= EXPLORER_BYTES  # the page's total is tests/browser/test_site.py's
     scripts = page.evaluate("() => [...document.scripts].filter((s) => s.src && new URL(s.src).pathname.endsWith('/mha-lm.js'))"
@@ -353,14 +414,16 @@ def test_the_chapter_page(open_context, site_url, pages, shipped, screenshot_dir
     assert len(scripts) == 1
     page.locator("#lm-input").focus()
     _type(page, SENTENCES[1])
-    _compare(page.evaluate(_READ_JS), _expected(*shipped, SENTENCES[1]), layer=None)
+    model = hybrid if chapter == HYBRID_CHAPTER else shipped  # the hybrid's page offers its softmax layer only
+    _compare(page.evaluate(_READ_JS), _expected(*model, SENTENCES[1]), layer=None)
     _no_sideways_scroll(page, viewport)
     page.locator("#mha-lm").scroll_into_view_if_needed()
-    page.screenshot(path=str(screenshot_dir / f"lm-chapter-{viewport}.png"))
+    name = Path(chapter).stem
+    page.screenshot(path=str(screenshot_dir / f"lm-{name}-{viewport}.png"))
     page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")  # the theme's switch
     page.wait_for_function(  # every themed figure redrawn dark (_static/mha-figures.js), then painted
         "() => [...document.querySelectorAll('.js-plotly-plot')]"
         ".every((gd) => !gd.mhaSource || gd.dataset.mhaTheme === 'dark')")
     page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
-    page.screenshot(path=str(screenshot_dir / f"lm-chapter-{viewport}-dark.png"))
+    page.screenshot(path=str(screenshot_dir / f"lm-{name}-{viewport}-dark.png"))
     _clean(page)
