@@ -353,9 +353,10 @@ def test_examples_suggestions_layers_and_write_on_from_the_keyboard(open_context
 
 
 @pytest.mark.browser
+@pytest.mark.parametrize("path", ["index.html", "hybrid.html"])
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
-def test_axe_finds_nothing_serious(open_context, site_url, viewport):
-    page = _open(open_context, site_url, viewport)
+def test_axe_finds_nothing_serious(open_context, site_url, viewport, path):
+    page = _open(open_context, site_url, viewport, path=path)
     page.locator("#lm-input").focus()
     _type(page, "The dragon eats a pizza because he")  # the hint and its buttons too
     page.locator("details summary").press("Enter")  # the known words, shown
