@@ -291,12 +291,17 @@ class RollingLayerCache(LayerCache):
         # with the next token, the window of the next query
         m = p_all.shape[0]
         front = min(self.num_sinks, L + n)
-        start = max(front, m - (self.window - 1))
+        start = max(front, m - (L + n - self._first_kept(L + n)))  # (the kept positions are the last ones)
         self._keys = torch.cat([k_all[:, :, :front], k_all[:, :, start:]], 2)
         self._values = torch.cat([v_all[:, :, :front], v_all[:, :, start:]], 2)
         self._positions = torch.cat([p_all[:front], p_all[start:]])
         self._returned, self._length = p_all, L + n
         return k_all, v_all
+
+    def _first_kept(self, next_position: int) -> int:
+        """The first position (past the sinks) that the query at ``next_position`` or a later
+        one may see: ``next_position - (window - 1)``."""
+        return next_position - (self.window - 1)
 
 
 class KVCache(AttentionCache):
@@ -326,6 +331,16 @@ class KVCache(AttentionCache):
             self.layers = [LayerCache() for _ in range(num_layers)]
         else:
             self.layers = [RollingLayerCache(window, num_sinks) for _ in range(num_layers)]
+
+    @classmethod
+    def of_layers(cls, layers: list[LayerCache]) -> "KVCache":
+        """A cache of these layer caches, one per layer, each of its own kind (a model whose
+        layers keep different things: :func:`mha_lib.patterns.pattern_cache`)."""
+        if not layers or not all(isinstance(layer, LayerCache) for layer in layers):
+            raise ValueError(f"layers must be a non-empty list of LayerCache, got {layers!r}")
+        cache = cls(len(layers))
+        cache.layers = list(layers)
+        return cache
 
     def __getitem__(self, i: int) -> LayerCache:
         if isinstance(i, bool) or not isinstance(i, int) or not -len(self.layers) <= i < len(self.layers):

@@ -9,7 +9,11 @@ three places, and each is a few lines:
   a gated unit (Shazeer, 2020, "GLU Variants Improve Transformer");
 * the attention is :class:`mha_lib.gqa.GroupedQueryAttention` with rotary positions.
 
-:class:`LlamaLM` is the whole model: embedding, N pre-norm blocks, RMSNorm, output layer.
+:class:`LlamaLM` is the whole model: embedding, N pre-norm blocks, RMSNorm, output layer. Its
+config may give each layer a kind of its own (``pattern``, one
+:class:`mha_lib.patterns.LayerKind` per layer: a window, a chunk or every key; a RoPE base or
+none), as Gemma 3 and Llama 4 do; :meth:`LlamaLM.new_cache` then keeps, per layer, only what
+that layer reads, and decoding token by token with it gives the logits of the whole sequence.
 :func:`mha_lib.interop.from_hf_llama` fills one with the weights of a Hugging Face
 ``LlamaForCausalLM`` (or ``MistralForCausalLM``), and both give the same logits.
 
@@ -32,7 +36,9 @@ from torch import Tensor, nn
 
 from mha_lib._checks import as_tensor, check_bool, check_positive_int, check_tensor
 from mha_lib.gqa import GroupedQueryAttention
-from mha_lib.masks import Mask, causal, sliding_window
+from mha_lib.decoding import KVCache
+from mha_lib.masks import Mask
+from mha_lib.patterns import LayerKind, check_pattern, pattern_cache
 from mha_lib.qk import RMSNorm, _check_eps  # (RMSNorm: also QK-norm's, below the attention layers)
 
 __all__ = ["LlamaConfig", "LlamaLM", "RMSNorm", "SwiGLU"]
@@ -79,6 +85,7 @@ class LlamaConfig:
     attention_bias: bool = False  # (attention_bias)
     mlp_bias: bool = False  # (mlp_bias)
     sliding_window: int | None = None  # Mistral: a query sees the last this many keys
+    pattern: tuple[LayerKind, ...] | None = None  # one kind per layer (None: every layer alike)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "num_kv_heads", "num_layers", "d_ff"):
@@ -88,23 +95,37 @@ class LlamaConfig:
         check_bool(self.mlp_bias, "config.mlp_bias")
         if self.sliding_window is not None:
             check_positive_int(self.sliding_window, "config.sliding_window")
+        if self.pattern is not None:
+            object.__setattr__(self, "pattern", check_pattern(self.pattern, self.num_layers, "config.pattern"))
+            if self.sliding_window is not None:
+                raise ValueError("config.sliding_window must be None with a config.pattern (give the "
+                                 f"window in the pattern), got {self.sliding_window}")
+
+    @property
+    def kinds(self) -> tuple[LayerKind, ...]:
+        """Each layer's :class:`~mha_lib.patterns.LayerKind`: the ``pattern``, or every layer
+        global (a window of ``sliding_window``, Mistral's), RoPE at base 10000."""
+        if self.pattern is not None:
+            return self.pattern
+        kind = LayerKind() if self.sliding_window is None else LayerKind("window", self.sliding_window)
+        return (kind,) * self.num_layers
 
 
 class _LlamaBlock(nn.Module):
     """``x + attention(RMSNorm(x))``, then ``x + SwiGLU(RMSNorm(x))`` (pre-norm, causal)."""
 
-    def __init__(self, config: LlamaConfig) -> None:
+    def __init__(self, config: LlamaConfig, kind: LayerKind) -> None:
         super().__init__()
         D = config.d_model
         self.norm1 = RMSNorm(D, config.eps)
         self.attention = GroupedQueryAttention(D, config.num_heads, config.num_kv_heads, 0.0,
-                                               bias=config.attention_bias, rope=True)
+                                               bias=config.attention_bias, rope=kind.rope)
         self.norm2 = RMSNorm(D, config.eps)
         self.feed_forward = SwiGLU(D, config.d_ff, bias=config.mlp_bias)
 
-    def forward(self, x: Tensor, mask: Mask) -> Tensor:
+    def forward(self, x: Tensor, mask: Mask, cache=None) -> Tensor:
         h = self.norm1(x)
-        x = x + self.attention(h, h, h, mask=mask)
+        x = x + self.attention(h, h, h, mask=mask, cache=cache)
         return x + self.feed_forward(self.norm2(x))
 
 
@@ -125,21 +146,31 @@ class LlamaLM(nn.Module):
             raise ValueError(f"config must be an mha_lib.llama.LlamaConfig, got {type(config).__name__}")
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
-        self.blocks = nn.ModuleList(_LlamaBlock(config) for _ in range(config.num_layers))
+        self.blocks = nn.ModuleList(_LlamaBlock(config, kind) for kind in config.kinds)
         self.norm = RMSNorm(config.d_model, config.eps)
         self.unembedding = nn.Linear(config.d_model, config.vocab_size, bias=False)
 
-    def forward(self, ids: Tensor) -> Tensor:
-        """Next-token scores at every position (causal self-attention, positions from 0)."""
+    def new_cache(self) -> KVCache:
+        """An empty cache for :meth:`forward`: layer i keeps only what its kind reads
+        (:func:`mha_lib.patterns.pattern_cache`)."""
+        return pattern_cache(self.config.kinds)
+
+    def forward(self, ids: Tensor, *, cache: KVCache | None = None) -> Tensor:
+        """Next-token scores at every position (causal self-attention, positions from 0; each
+        layer with the mask of its kind). With ``cache`` (:meth:`new_cache`), ``ids`` are the
+        next positions after those cached: prompt, then one token at a time."""
         ids = as_tensor(ids, "ids", "a (B, L) tensor of token ids")
-        V, window = self.config.vocab_size, self.config.sliding_window
+        V = self.config.vocab_size
         if ids.dim() != 2 or ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
             raise ValueError(f"ids must be a (B, L) integer tensor, got {ids.dtype} {tuple(ids.shape)}")
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= V):
             raise ValueError(f"ids must lie in [0, {V}), got values in [{int(ids.min())}, {int(ids.max())}]")
-        # query i sees keys 0 .. i (Mistral: only the last `window` of them, i - window < j <= i)
-        mask = causal() if window is None else sliding_window(window)
+        if cache is not None and (not isinstance(cache, KVCache) or len(cache.layers) != len(self.blocks)):
+            raise ValueError(f"cache must be a KVCache of {len(self.blocks)} layers (model.new_cache()), "
+                             f"got {type(cache).__name__}")
+        # query i sees keys 0 .. i; a window layer only the last `window` of them
+        # (i - window < j <= i), a chunk layer those of its chunk (j // c == i // c)
         x = self.token_embedding(ids)  # (B, L) -> (B, L, D)
-        for block in self.blocks:
-            x = block(x, mask)
+        for i, (block, kind) in enumerate(zip(self.blocks, self.config.kinds)):
+            x = block(x, kind.attention_mask, None if cache is None else cache[i])
         return self.unembedding(self.norm(x))  # (B, L, D) -> (B, L, V)

@@ -20,7 +20,11 @@ module on the same inputs (the tests check every direction on random inputs and 
   :func:`layer_mask`;
 * the queries and keys of today's models (:mod:`mha_lib.qk`): Qwen 3's QK-norm per head and
   its RoPE base (:func:`from_qwen3_attention`, :func:`to_qwen3_attention`), OLMo 2's over
-  the width (:func:`from_olmo2_attention`, :func:`to_olmo2_attention`).
+  the width (:func:`from_olmo2_attention`, :func:`to_olmo2_attention`), Gemma 3's per head
+  with its own scale and a RoPE base per kind of layer, local or global
+  (:func:`from_gemma3_attention`, :func:`to_gemma3_attention`), Llama 4's chunked RoPE
+  layers with an L2 norm and its NoPE layers with a temperature
+  (:func:`from_llama4_attention`, :func:`to_llama4_attention`).
 
 ``transformers`` is imported only by the functions that need it, so the PyTorch converters
 cost nothing more. Nothing is downloaded: models come from a config (random weights) or from
@@ -29,20 +33,24 @@ files on disk (``from_pretrained(path, local_files_only=True)``).
 
 from mha_lib.interop._bloom import from_bloom_attention, to_bloom_attention
 from mha_lib.interop._gemma2 import from_gemma2_attention, to_gemma2_attention
+from mha_lib.interop._gemma3 import from_gemma3_attention, to_gemma3_attention
 from mha_lib.interop._gpt2 import copy_to_gpt2_attention, from_gpt2_attention, to_gpt2_attention
 from mha_lib.interop._gpt_oss import from_gpt_oss_attention, to_gpt_oss_attention
 from mha_lib.interop._qk_norms import (from_olmo2_attention, from_qwen3_attention,
                                        to_olmo2_attention, to_qwen3_attention)
 from mha_lib.interop._llama import from_hf_llama, from_llama_attention, layer_mask, to_llama_attention
+from mha_lib.interop._llama4 import from_llama4_attention, to_llama4_attention
 from mha_lib.interop._torch import _torch_attn_mask, from_torch_mha, to_torch_mha
 
 __all__ = [
     "copy_to_gpt2_attention",
     "from_bloom_attention",
     "from_gemma2_attention",
+    "from_gemma3_attention",
     "from_gpt2_attention",
     "from_gpt_oss_attention",
     "from_hf_llama",
+    "from_llama4_attention",
     "from_llama_attention",
     "from_olmo2_attention",
     "from_qwen3_attention",
@@ -50,8 +58,10 @@ __all__ = [
     "layer_mask",
     "to_bloom_attention",
     "to_gemma2_attention",
+    "to_gemma3_attention",
     "to_gpt2_attention",
     "to_gpt_oss_attention",
+    "to_llama4_attention",
     "to_llama_attention",
     "to_olmo2_attention",
     "to_qwen3_attention",

@@ -55,17 +55,23 @@ def from_gemma2_attention(attn: nn.Module) -> GroupedQueryAttention:
     """
     from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention
 
-    if not isinstance(attn, Gemma2Attention):
-        raise ValueError(f"attn must be a Gemma2Attention, got {type(attn).__name__}")
-    config = attn.config
-    if getattr(config, "use_bidirectional_attention", False):
-        raise ValueError("attn.config.use_bidirectional_attention must be False or None (a "
-                         "decoder's causal mask), got True")
+    config = _check_decoder(attn, Gemma2Attention)
     cap = config.attn_logit_softcapping
     score_mod = None if cap is None else softcap(cap)
     d = attn.head_dim
     return _rope_layer_from(attn, score_mod=score_mod,
                             query_scale=math.sqrt(d / config.query_pre_attn_scalar))
+
+
+def _check_decoder(attn: object, cls: type) -> object:
+    """``attn.config``, once ``attn`` is checked to be a ``cls`` of a decoder (Gemma's configs
+    can also describe an encoder: ``use_bidirectional_attention``)."""
+    if not isinstance(attn, cls):
+        raise ValueError(f"attn must be a {cls.__name__}, got {type(attn).__name__}")
+    if getattr(attn.config, "use_bidirectional_attention", False):
+        raise ValueError("attn.config.use_bidirectional_attention must be False or None (a "
+                         "decoder's causal mask), got True")
+    return attn.config
 
 
 def to_gemma2_attention(

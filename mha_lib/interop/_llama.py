@@ -31,6 +31,8 @@ Shape legend
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -38,7 +40,7 @@ from mha_lib._checks import check_positive_int
 from mha_lib._settings import build
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.llama import LlamaConfig, LlamaLM
-from mha_lib.masks import Mask, causal, sliding_window
+from mha_lib.masks import Mask, causal, chunked, sliding_window
 from mha_lib.positions import Rope, rope_permutation
 from mha_lib.scores import ScoreMod
 
@@ -46,6 +48,9 @@ __all__ = ["from_hf_llama", "from_llama_attention", "layer_mask", "to_llama_atte
 
 _BOOK_ROPE_BASE = 10000.0
 """The base of :func:`mha_lib.positions.rotary` (the book's layers use its default)."""
+
+_LLAMA_SCALINGS = ("linear", "yarn")
+"""The RoPE scalings of a Llama config (``rope_type``) that :class:`~mha_lib.positions.Rope` has."""
 
 
 def from_llama_attention(attn: nn.Module) -> GroupedQueryAttention:
@@ -57,20 +62,23 @@ def from_llama_attention(attn: nn.Module) -> GroupedQueryAttention:
     layer's window is a mask too: ``mask=sliding_window(attn.config.sliding_window)``.
 
     Llama's linear RoPE scaling, ``rope_parameters={"rope_type": "linear", "factor": f}``,
-    becomes ``rope_scale=1/f`` (position interpolation).
+    becomes ``rope_scale=1/f`` (position interpolation); its YaRN, ``{"rope_type": "yarn",
+    "factor": s, "original_max_position_embeddings": L, ...}``, becomes
+    ``rope=Rope(yarn=s, original_length=L, ...)`` (its ``beta_fast``, ``beta_slow``,
+    ``attention_factor`` too).
 
     Raises:
         ValueError: not a Llama or Mistral attention layer, or a config the book's layer does
-            not have: another RoPE (``rope_type`` other than ``"default"`` or ``"linear"``,
-            partial rotation), or a ``head_dim`` other than D / H. A ``rope_theta`` other than
-            10000 becomes ``rope=Rope(base=rope_theta)``.
+            not have: another RoPE (``rope_type`` ``"dynamic"``, ``"llama3"``, ``"longrope"``,
+            a partial rotation), or a ``head_dim`` other than D / H. A ``rope_theta`` other
+            than 10000 becomes ``rope=Rope(base=rope_theta)``.
     """
     from transformers.models.llama.modeling_llama import LlamaAttention
     from transformers.models.mistral.modeling_mistral import MistralAttention
 
     if not isinstance(attn, (LlamaAttention, MistralAttention)):
         raise ValueError(f"attn must be a LlamaAttention or MistralAttention, got {type(attn).__name__}")
-    return _rope_layer_from(attn, linear=True)
+    return _rope_layer_from(attn, scalings=_LLAMA_SCALINGS)
 
 
 def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None = None) -> nn.Module:
@@ -80,17 +88,19 @@ def to_llama_attention(gqa: GroupedQueryAttention, *, sliding_window: int | None
     Call it as ``LlamaModel`` does: with ``position_embeddings`` from a
     ``LlamaRotaryEmbedding`` of the module's ``config`` and an additive causal mask
     (B, 1, L, L). A ``rope_scale`` s other than 1 becomes Llama's linear RoPE scaling,
-    ``rope_parameters={"rope_type": "linear", "factor": 1/s}``.
+    ``rope_parameters={"rope_type": "linear", "factor": 1/s}``, and ``Rope(yarn=...)`` its
+    ``"yarn"``.
 
     Raises:
-        ValueError: ``gqa`` not a ``GroupedQueryAttention`` with ``rope=True``.
+        ValueError: ``gqa`` not a ``GroupedQueryAttention`` with ``rope=True``; its RoPE with
+            NTK or a partial rotation, or any other option, by name.
     """
     from transformers import LlamaConfig as HFLlamaConfig
     from transformers import MistralConfig
     from transformers.models.llama.modeling_llama import LlamaAttention
     from transformers.models.mistral.modeling_mistral import MistralAttention
 
-    sizes = _rope_sizes(gqa, "LlamaAttention", linear=True)
+    sizes = _rope_sizes(gqa, "LlamaAttention", scalings=_LLAMA_SCALINGS)
     sizes["attention_bias"] = gqa.settings.bias
     if sliding_window is None:
         attn = LlamaAttention(HFLlamaConfig(**sizes), layer_idx=0)
@@ -108,8 +118,10 @@ def layer_mask(attn: nn.Module) -> Mask:
     """The book's mask for a Hugging Face decoder's attention layer at positions 0, 1, ...:
     ``causal()``, or ``sliding_window(w)`` (query i sees keys i - w < j <= i, as
     ``transformers``' ``sliding_window_overlay``: ``kv_idx > q_idx - w``) on a layer with a
-    window: Mistral's every layer, every other layer of Gemma 2 and gpt-oss
-    (``config.layer_types``, ``"sliding_attention"``; ``attn.sliding_window`` is then set).
+    window: Mistral's every layer, every other layer of Gemma 2 and gpt-oss, five layers in six
+    of Gemma 3 (``config.layer_types``, ``"sliding_attention"``; ``attn.sliding_window`` is
+    then set); ``chunked(c)`` on Llama 4's ``"chunked_attention"`` layers
+    (``config.attention_chunk_size``).
 
     Raises:
         ValueError: ``attn`` not a Hugging Face attention layer.
@@ -120,6 +132,9 @@ def layer_mask(attn: nn.Module) -> Mask:
     window = getattr(attn, "sliding_window", None)
     if window is None and type(attn).__name__ == "MistralAttention":  # (its config holds it)
         window = getattr(attn.config, "sliding_window", None)
+    types, i = getattr(getattr(attn, "config", None), "layer_types", None), getattr(attn, "layer_idx", None)
+    if types and isinstance(i, int) and i < len(types) and types[i] == "chunked_attention":
+        return chunked(attn.config.attention_chunk_size)  # (Llama 4's RoPE layers)
     return causal() if window is None else sliding_window(window)
 
 
@@ -167,24 +182,31 @@ def from_hf_llama(model: nn.Module) -> LlamaLM:
 
 
 def _rope_layer_from(attn: nn.Module, *, score_mod: ScoreMod | None = None, sink_logits: bool = False,
-                     query_scale: float = 1.0, linear: bool = False,
-                     qk_norm: str | None = None) -> GroupedQueryAttention:
+                     query_scale: float = 1.0, scalings: tuple[str, ...] = (),
+                     qk_norm: str | None = None, rope_parameters: dict | None = None,
+                     positions: bool = True, pairs: str = "halves") -> GroupedQueryAttention:
     """A ``GroupedQueryAttention(rope=True)`` holding the ``q_proj``, ``k_proj``, ``v_proj``,
     ``o_proj`` of a Hugging Face attention layer in Llama's layout (RoPE in halves,
     ``repeat_kv``): Llama, Mistral, Gemma 2, gpt-oss. ``W_q`` (and its bias) is multiplied by
     ``query_scale``; the caller copies whatever else the family has (gpt-oss's sinks, Qwen 3's
-    norms). With
-    ``linear``, a linear RoPE scaling of factor f becomes ``rope_scale=1/f``."""
-    D, H, Hkv, d = _check_config(attn.config, "attn.config", linear=linear)
-    scale, base = _linear_scale(attn.config) if linear else 1.0, _rope_base(attn.config)
-    rope = {"rope": True, "rope_scale": scale} if base == _BOOK_ROPE_BASE else {
-        "rope": Rope(base=base, scale=scale)}  # (a RoPE base of its own)
+    norms). Its RoPE is that of ``rope_parameters`` (default: the config's), whose
+    ``rope_type`` may be ``"default"`` or one of ``scalings`` (:func:`_rope_spec`); without
+    ``positions``, none (NoPE); with ``pairs="interleaved"`` (Llama 4) the rows stay."""
+    params = _rope_parameters(attn.config) if rope_parameters is None else dict(rope_parameters)
+    D, H, Hkv, d = _check_config(attn.config, "attn.config", scalings=scalings, params=params)
+    spec = _rope_spec(params, "attn.config.rope_parameters", scalings)
+    if not positions:
+        rope = {"rope": False}
+    elif spec == Rope(scale=spec.scale):  # (the book's base: rope=True, as the layers' default)
+        rope = {"rope": True, "rope_scale": spec.scale}
+    else:
+        rope = {"rope": spec}
     settings = GroupedQueryAttention.Settings(
         D, H, Hkv, float(attn.config.attention_dropout), bias=attn.q_proj.bias is not None,
         score_mod=score_mod, sink_logits=sink_logits, qk_norm=qk_norm, **rope)
     gqa = build(GroupedQueryAttention, settings, like=attn)
-    halves_to_interleaved = {"W_q": rope_permutation(d, H).argsort(),
-                             "W_k": rope_permutation(d, Hkv).argsort()}
+    halves_to_interleaved = {} if pairs == "interleaved" else {
+        "W_q": rope_permutation(d, H).argsort(), "W_k": rope_permutation(d, Hkv).argsort()}
     with torch.no_grad():
         for ours, theirs in (("W_q", attn.q_proj), ("W_k", attn.k_proj), ("W_v", attn.v_proj),
                              ("W_o", attn.o_proj)):
@@ -194,41 +216,60 @@ def _rope_layer_from(attn: nn.Module, *, score_mod: ScoreMod | None = None, sink
     return gqa
 
 
-def _rope_sizes(gqa: object, target: str, maps: tuple[str, ...] = (), *, linear: bool = False) -> dict:
+def _rope_sizes(gqa: object, target: str, maps: tuple[str, ...] = (), *,
+                scalings: tuple[str, ...] = (), positions: bool = True) -> dict:
     """The config sizes of a Llama-like Hugging Face layer ``target`` with ``gqa``'s heads
-    (eager attention), once ``gqa`` is checked: a ``GroupedQueryAttention`` with RoPE, every
-    other option refused by name unless the caller ``maps`` it (``check_options``), its RoPE
-    plain (any base) or, with ``linear``, position interpolation (Llama's linear scaling)."""
-    if not isinstance(gqa, GroupedQueryAttention) or not gqa.rope:
+    (eager attention), once ``gqa`` is checked: a ``GroupedQueryAttention`` with RoPE (or,
+    without ``positions``, with or without), every other option refused by name unless the
+    caller ``maps`` it (``check_options``), its RoPE plain (any base) or one of ``scalings``
+    (``"linear"``: position interpolation; ``"yarn"``), in ``sizes["rope_parameters"]``."""
+    if not isinstance(gqa, GroupedQueryAttention) or (positions and not gqa.rope):
         got = type(gqa).__name__ + (" with rope=False" if isinstance(gqa, GroupedQueryAttention) else "")
         raise ValueError(f"gqa must be an mha_lib.gqa.GroupedQueryAttention with rope=True, got {got}")
     gqa.check_options(target, maps=("rope", "rope_scale", *maps), name="gqa")
-    spec = gqa.qk.rope
-    if spec.scale != 1.0 and not linear:
-        raise ValueError(f"gqa must have rope_scale = 1 (the default RoPE; {target} has no "
-                         f"position interpolation here), got rope_scale={spec.scale!r}")
-    if spec != Rope(base=spec.base, scale=spec.scale):
-        raise ValueError(f"gqa.rope must be plain RoPE (a base and position interpolation): "
-                         f"{target} here has no NTK, YaRN or partial rotation, got {spec}")
     s = gqa.settings
     H = s.num_heads
     sizes = dict(hidden_size=s.d_model, num_attention_heads=H, num_key_value_heads=s.num_kv_heads,
                  head_dim=s.d_model // H, attention_dropout=s.dropout, attn_implementation="eager")
     # (said always: the families' configs have defaults of their own, gpt-oss's is YaRN)
-    sizes["rope_parameters"] = {"rope_type": "default", "rope_theta": spec.base}
-    if spec.scale != 1.0:  # position interpolation: Llama's linear scaling, factor 1 / scale
-        sizes["rope_parameters"].update(rope_type="linear", factor=1.0 / spec.scale)
+    sizes["rope_parameters"] = _rope_parameters_of(gqa.qk.rope or Rope(), target, scalings)
     return sizes
 
 
-def _rope_layer_to(gqa: GroupedQueryAttention, attn: nn.Module, query_scale: float = 1.0) -> nn.Module:
+def _rope_parameters_of(spec: Rope, target: str, scalings: tuple[str, ...]) -> dict:
+    """The ``rope_parameters`` of a ``Rope`` (the inverse of :func:`_rope_spec`)."""
+    plain = Rope(base=spec.base, scale=spec.scale)
+    if spec.scale != 1.0 and "linear" not in scalings:
+        raise ValueError(f"gqa must have rope_scale = 1 (the default RoPE; {target} has no "
+                         f"position interpolation here), got rope_scale={spec.scale!r}")
+    yarn = spec.yarn != 1.0 and spec == Rope(base=spec.base, yarn=spec.yarn, original_length=spec.original_length,
+                                            attention_factor=spec.attention_factor,
+                                            beta_fast=spec.beta_fast, beta_slow=spec.beta_slow)
+    if spec != plain and not (yarn and "yarn" in scalings):
+        can = "position interpolation" + (" or YaRN" if "yarn" in scalings else "")
+        raise ValueError(f"gqa.rope must be plain RoPE (a base and {can}): {target} here has "
+                         f"no {'NTK or partial rotation' if 'yarn' in scalings else 'NTK, YaRN or partial rotation'}, got {spec}")
+    params = {"rope_type": "default", "rope_theta": spec.base}
+    if spec.scale != 1.0:  # position interpolation: Llama's linear scaling, factor 1 / scale
+        params.update(rope_type="linear", factor=1.0 / spec.scale)
+    if yarn:
+        params.update(rope_type="yarn", factor=spec.yarn, original_max_position_embeddings=spec.original_length,
+                      beta_fast=spec.beta_fast, beta_slow=spec.beta_slow)
+        if spec.attention_factor is not None:
+            params["attention_factor"] = spec.attention_factor
+    return params
+
+
+def _rope_layer_to(gqa: GroupedQueryAttention, attn: nn.Module, query_scale: float = 1.0,
+                   pairs: str = "halves") -> nn.Module:
     """Copy ``gqa``'s weights into ``attn`` (Llama's layout, on ``gqa``'s dtype and device, in
     its mode), ``q_proj`` (and its bias) multiplied by ``query_scale``: the inverse of
-    :func:`_rope_layer_from`."""
+    :func:`_rope_layer_from` (``pairs="interleaved"``: the rows stay)."""
     weight = gqa.W_q.weight
     attn = attn.to(dtype=weight.dtype, device=weight.device)
     d, H, Hkv = gqa.head_size, gqa.num_heads, gqa.num_kv_heads
-    interleaved_to_halves = {"q_proj": rope_permutation(d, H), "k_proj": rope_permutation(d, Hkv)}
+    interleaved_to_halves = {} if pairs == "interleaved" else {
+        "q_proj": rope_permutation(d, H), "k_proj": rope_permutation(d, Hkv)}
     with torch.no_grad():
         for theirs, ours in (("q_proj", gqa.W_q), ("k_proj", gqa.W_k), ("v_proj", gqa.W_v),
                              ("o_proj", gqa.W_o)):
@@ -245,42 +286,62 @@ def _scale_linear(linear: nn.Linear, factor: float) -> None:
             linear.bias.mul_(factor)
 
 
-def _check_config(cfg: object, name: str, *, linear: bool = False) -> tuple[int, int, int, int]:
-    """D, H, Hkv, d of a Llama or Mistral config the book's layers can compute, else raise
-    (with ``linear``, Llama's linear RoPE scaling is one of them)."""
+def _check_config(cfg: object, name: str, *, scalings: tuple[str, ...] = (),
+                  params: dict | None = None) -> tuple[int, int, int, int]:
+    """D, H, Hkv, d of a Llama-like config the book's layers can compute, else raise: its
+    RoPE (``params``, default the config's ``rope_parameters``) plain or one of ``scalings``
+    (:func:`_rope_spec`)."""
     D, H = cfg.hidden_size, cfg.num_attention_heads
     Hkv = getattr(cfg, "num_key_value_heads", None) or H
     d = getattr(cfg, "head_dim", None) or D // H
     if d * H != D:
         raise ValueError(f"{name}.head_dim must be hidden_size / num_attention_heads = {D // H} "
                          f"(the book's layers split D into H heads), got {d}")
-    rope = dict(getattr(cfg, "rope_parameters", None) or {})
-    rope_type = rope.get("rope_type", "default")
-    partial = float(rope.get("partial_rotary_factor", 1.0))
-    types = ("default", "linear") if linear else ("default",)
-    if rope_type not in types or partial != 1.0:
-        raise ValueError(f"{name}.rope_parameters must be the rope_type {' or '.join(types)} on "
-                         f"every feature (mha_lib.positions.Rope), got {rope}")
-    Rope(base=_rope_base(cfg))  # (checks the base)
-    if rope_type == "linear":
-        _linear_scale(cfg)  # (checks the factor)
+    _rope_spec(_rope_parameters(cfg) if params is None else params, f"{name}.rope_parameters", scalings)
     return D, H, Hkv, d
 
 
-def _rope_base(cfg: object) -> float:
-    """RoPE's base of a config (``rope_theta``; 10000 when it says none)."""
-    return float(dict(getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", _BOOK_ROPE_BASE))
+def _rope_parameters(cfg: object) -> dict:
+    """A config's ``rope_parameters`` (a dict; empty when it says none)."""
+    return dict(getattr(cfg, "rope_parameters", None) or {})
 
 
-def _linear_scale(cfg: object) -> float:
-    """``rope_scale`` of a config: 1 / ``factor`` of its linear RoPE scaling (1: no scaling)."""
-    rope = dict(getattr(cfg, "rope_parameters", None) or {})
-    if rope.get("rope_type", "default") != "linear":
-        return 1.0
-    factor = rope.get("factor")
+def _rope_spec(params: dict, name: str, scalings: tuple[str, ...] = ()) -> Rope:
+    """The :class:`~mha_lib.positions.Rope` of Hugging Face's ``rope_parameters`` (``name``):
+    its ``rope_theta`` (10000 when it says none), and with ``rope_type`` in ``scalings``:
+    ``"linear"`` of ``factor`` f is ``Rope(scale=1/f)`` (position interpolation); ``"yarn"``
+    is ``Rope(yarn=factor, original_length=original_max_position_embeddings, beta_fast,
+    beta_slow, attention_factor)`` (its ``mscale`` / ``mscale_all_dim`` give the attention
+    factor as ``transformers`` computes it). Any other ``rope_type`` (``"dynamic"``,
+    ``"llama3"``, ``"longrope"``), a partial rotation, or YaRN without truncation is refused
+    by name."""
+    rope_type = params.get("rope_type", "default")
+    partial = float(params.get("partial_rotary_factor", 1.0))
+    types = ("default", *scalings)
+    if rope_type not in types or partial != 1.0:
+        raise ValueError(f"{name} must be the rope_type {' or '.join(types)} on every feature "
+                         f"(mha_lib.positions.Rope), got {params}")
+    base = float(params.get("rope_theta", _BOOK_ROPE_BASE))
+    if rope_type == "default":
+        return Rope(base=base)
+    factor = params.get("factor")
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < float("inf"):
-        raise ValueError(f"rope_parameters' factor must be a finite number > 0, got {factor!r}")
-    return 1.0 / float(factor)
+        raise ValueError(f"{name}'s factor must be a finite number > 0, got {factor!r}")
+    if rope_type == "linear":
+        return Rope(base=base, scale=1.0 / float(factor))
+    if params.get("truncate", True) is not True:
+        raise ValueError(f"{name}'s truncate must be True (YaRN's correction range rounded, as "
+                         f"mha_lib.positions.Rope does), got {params.get('truncate')!r}")
+    attention_factor = params.get("attention_factor")
+    mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
+    if attention_factor is None and mscale and mscale_all_dim:  # (DeepSeek's: transformers' rule)
+        def get_mscale(m: float) -> float:
+            return 0.1 * m * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+        attention_factor = get_mscale(mscale) / get_mscale(mscale_all_dim)
+    return Rope(base=base, yarn=float(factor), original_length=params.get("original_max_position_embeddings"),
+                beta_fast=params.get("beta_fast") or 32.0, beta_slow=params.get("beta_slow") or 1.0,
+                attention_factor=attention_factor)
 
 
 def _copy_linear(target: nn.Linear, source: nn.Linear, rows: Tensor | slice = slice(None)) -> None:

@@ -1,6 +1,8 @@
 """Multi-head latent attention (mha_lib.latent) and the output gate of gated attention
 (``gate=`` on the attention layers): each equals multi-head attention where it should."""
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -12,6 +14,7 @@ from mha_lib.gqa import GroupedQueryAttention, gqa_from_mha
 from mha_lib.importance import head_gates, prune_heads
 from mha_lib.latent import LatentAttention, LatentCache, mla_from_mha
 from mha_lib.masks import causal, sliding_window
+from mha_lib.positions import Rope, rotary
 
 MASKS = [None, causal(), causal() & sliding_window(2)]
 
@@ -144,3 +147,61 @@ def test_with_rope_the_cache_still_keeps_the_latent_but_nothing_folds():
         mla(x, x, x, absorbed=True)
     with pytest.raises(ValueError, match="even head size"):
         LatentAttention(6, 6, 6, 6, 2, 0.0, rank=2, rope=True)
+
+
+def _decoupled_reference(mla: LatentAttention, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """DeepSeek-V2's decoupled RoPE written out: each head's score is its content part (from the
+    latent, not rotated) plus its rotated part against the one rotated key all heads share, over
+    sqrt(d + d_r); causal."""
+    B, L, _ = x.shape
+    H, d, d_r = mla.num_heads, mla.head_size, mla.rope_dim
+
+    def heads(t, n, size):  # (B, L, n * size) -> (B, n, L, size)
+        return t.view(B, L, n, size).transpose(1, 2)
+
+    c = mla.W_dkv(x)  # (B, L, r)
+    q, k, v = heads(mla.W_q(x), H, d), heads(mla.W_uk(c), H, d), heads(mla.W_uv(c), H, d)
+    q_r = rotary(heads(mla.W_qr(x), H, d_r), positions)  # (B, H, L, d_r)
+    k_r = rotary(heads(mla.W_kr(x), 1, d_r), positions)  # (B, 1, L, d_r): one for all heads
+    scores = (q @ k.transpose(-1, -2) + q_r @ k_r.transpose(-1, -2)) / math.sqrt(d + d_r)
+    scores = scores.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf)
+    out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, L, H * d)  # (B, H, L, d) -> (B, L, D)
+    return mla.W_o(out)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), bias=st.booleans(), rank=st.integers(1, 6), d_r=st.sampled_from([2, 4]),
+       L=st.integers(1, 6), prompt=st.integers(1, 6), absorbed=st.booleans())
+def test_decoupled_rope_is_deepseeks_formula_on_every_path_and_the_cache(seed, bias, rank, d_r, L, prompt,
+                                                                         absorbed):
+    torch.manual_seed(seed)
+    mla = LatentAttention(6, 6, 6, 9, 3, 0.0, bias=bias, rank=rank, rope=True, rope_dim=d_r).double().eval()
+    x = torch.randn(2, L, 6, dtype=torch.double)
+    expected = _decoupled_reference(mla, x, torch.arange(L))
+    full, weights = mla(x, x, x, mask=causal(), need_weights=True)  # (odd d = 3: only d_r rotates)
+    torch.testing.assert_close(full, expected, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(mla(x, x, x, mask=causal(), absorbed=absorbed), expected, atol=1e-12, rtol=1e-10)
+    cache, first = LatentCache(), x[:, :min(prompt, L)]
+    steps = [mla(first, first, first, cache=cache, absorbed=absorbed)]
+    steps += [mla(t, t, t, cache=cache, absorbed=absorbed) for t in x[:, first.shape[1]:].split(1, 1)]
+    torch.testing.assert_close(torch.cat(steps, 1), expected, atol=1e-12, rtol=1e-10)
+    assert cache.latent.shape == (2, L, rank + d_r)  # the latent and the rotated key part
+    assert cache.nbytes == 2 * L * (rank + d_r) * 8
+    assert weights.shape == (2, 3, L, L)
+
+
+def test_decoupled_rope_sees_only_offsets_takes_a_position_spec_and_needs_rope():
+    torch.manual_seed(3)
+    mla = LatentAttention(6, 6, 6, 8, 2, 0.0, rank=3, rope=Rope(base=100.0), rope_dim=4).double().eval()
+    x = torch.randn(2, 5, 6, dtype=torch.double)
+    full = mla(x, x, x, mask=causal())
+    torch.testing.assert_close(mla(x, x, x, mask=causal(), positions=torch.arange(7, 12)), full,
+                               atol=1e-12, rtol=1e-10)
+    assert not torch.allclose(mla(x, x, x, mask=causal(), positions=torch.tensor([0, 2, 1, 3, 4])), full)
+    torch.testing.assert_close(full, mla(x, x, x, mask=causal(), absorbed=True), atol=1e-12, rtol=1e-10)
+    with pytest.raises(ValueError, match="rope_dim.*rope=True"):
+        LatentAttention(6, 6, 6, 8, 2, 0.0, rank=3, rope_dim=4)
+    with pytest.raises(ValueError, match="rope_dim"):
+        LatentAttention(6, 6, 6, 8, 2, 0.0, rank=3, rope=True, rope_dim=0)
+    with pytest.raises(ValueError, match="pairs"):
+        LatentAttention(6, 6, 6, 8, 2, 0.0, rank=3, rope=True, rope_dim=3)

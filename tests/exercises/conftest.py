@@ -5,6 +5,11 @@
   write it, with ``{name}`` for the name the chapter's checker cell checks; ``mistake`` is the
   key of that mistake in :data:`mha_lib.exercises.MISTAKES` (the family that loses its point).
 * ``wrong_answers``: all of them, ``{checker: WrongAnswer}``.
+* ``verdict``: ``verdict(checker, candidate)`` is ``(ok, printed, report)``: whether the checker
+  passes ``candidate``, what it printed, and the grading's report of it.
+* ``named_mistakes``: ``named_mistakes(checker, candidate, mistakes)`` asserts that the checker
+  fails ``candidate``, names each of ``mistakes`` (keys of ``MISTAKES``) with its hint and no
+  other, and takes one point per family they belong to.
 * ``demo_chapter``: a small chapter notebook with three exercises (one checked by
   ``check_masked_softmax``, one written, one plain ``assert``), before any nbgrader marks.
 """
@@ -15,6 +20,9 @@ from dataclasses import dataclass
 
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from mha_lib.exercises import MISTAKES, grading
+from mha_lib.exercises.catalogue import FAMILIES
 
 _WRONG = {
     "check_masked_softmax": '''\
@@ -208,6 +216,32 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def wrong_answers() -> dict[str, WrongAnswer]:
     return dict(_ANSWERS)
+
+
+
+@pytest.fixture
+def verdict(capsys):
+    def run(checker, candidate):
+        ok = checker(candidate)
+        return ok, capsys.readouterr().out, grading._run_checker(checker.__name__, candidate)
+
+    return run
+
+
+@pytest.fixture
+def named_mistakes(verdict):
+    def check(checker, candidate, mistakes):
+        ok, out, report = verdict(checker, candidate)
+        titles = [MISTAKES[m].title for m in mistakes]
+        assert not ok and "match none of the classic mistakes" not in out
+        assert all(MISTAKES[m].title in out and MISTAKES[m].hint[:40] in out for m in mistakes)
+        assert report.runs and sorted(report.named) == sorted(titles)
+        lost = {FAMILIES[setting] for setting, _ in mistakes}
+        assert set(report.failed_families) == lost
+        assert report.score == grading.max_points(checker.__name__) - len(lost)
+        return out
+
+    return check
 
 
 def _solution_cell(source: str):

@@ -60,9 +60,6 @@ def with_bugs(student, *bugs):
     return lambda *args: student(*args, *bugs)
 
 
-def verdict(checker, candidate, capsys):
-    ok = checker(candidate)
-    return ok, capsys.readouterr().out, grading._run_checker(checker.__name__, candidate)
 
 
 REFERENCES = [
@@ -89,32 +86,25 @@ _STUDENTS = {check_delta_step: student_step, check_delta_chunk: student_chunk}
 
 
 @pytest.mark.parametrize("checker, candidate", REFERENCES)
-def test_right_answers_pass_with_full_marks(checker, candidate, capsys):
-    ok, out, report = verdict(checker, candidate, capsys)
+def test_right_answers_pass_with_full_marks(checker, candidate, verdict):
+    ok, out, report = verdict(checker, candidate)
     assert ok and "all 6 cases pass" in out
     assert report.score == grading.max_points(checker.__name__)
 
 
 @pytest.mark.parametrize("checker, bugs, mistakes", WRONG,
                          ids=[f"{c.__name__}-{'+'.join(b)}" for c, b, _ in WRONG])
-def test_each_mistake_is_named_with_its_hint_and_loses_its_family(checker, bugs, mistakes, capsys):
-    ok, out, report = verdict(checker, with_bugs(_STUDENTS[checker], *bugs), capsys)
-    titles = [MISTAKES[m].title for m in mistakes]
-    assert not ok and "match none of the classic mistakes" not in out
-    assert all(MISTAKES[m].title in out and MISTAKES[m].hint[:40] in out for m in mistakes)
-    assert report.runs and sorted(report.named) == sorted(titles)
-    lost = {FAMILIES[setting] for setting, _ in mistakes}
-    assert set(report.failed_families) == lost
-    assert report.score == grading.max_points(checker.__name__) - len(lost)
+def test_each_mistake_is_named_with_its_hint_and_loses_its_family(checker, bugs, mistakes, named_mistakes):
+    named_mistakes(checker, with_bugs(_STUDENTS[checker], *bugs), mistakes)
 
 
-def test_a_step_in_float32_on_a_float64_chunk_is_refused(capsys):
-    ok, out, _ = verdict(check_delta_chunk, lambda *x: tuple(t.float() for t in student_chunk(*x)), capsys)
+def test_a_step_in_float32_on_a_float64_chunk_is_refused(verdict):
+    ok, out, _ = verdict(check_delta_chunk, lambda *x: tuple(t.float() for t in student_chunk(*x)))
     assert not ok
 
 
-def test_unknown_mistake_gets_the_general_hint(capsys):
-    ok, out, report = verdict(check_delta_step, lambda *x: (student_step(*x)[0], 2 * student_step(*x)[1]), capsys)
+def test_unknown_mistake_gets_the_general_hint(verdict):
+    ok, out, report = verdict(check_delta_step, lambda *x: (student_step(*x)[0], 2 * student_step(*x)[1]))
     assert not ok and "match none of the classic mistakes" in out and "delta_recurrent" in out
 
 
@@ -123,24 +113,24 @@ def _stub(*args):
 
 
 @pytest.mark.parametrize("checker", list(_STUDENTS))
-def test_stub_is_not_implemented_yet_and_gets_nothing(checker, capsys):
-    ok, out, report = verdict(checker, _stub, capsys)
+def test_stub_is_not_implemented_yet_and_gets_nothing(checker, verdict):
+    ok, out, report = verdict(checker, _stub)
     assert not ok and "not implemented yet" in out and report.score == 0
 
 
 @pytest.mark.parametrize("checker", list(_STUDENTS))
-def test_a_single_tensor_instead_of_the_pair_is_named(checker, capsys):
-    ok, out, report = verdict(checker, lambda *x: _STUDENTS[checker](*x)[0], capsys)
+def test_a_single_tensor_instead_of_the_pair_is_named(checker, verdict):
+    ok, out, report = verdict(checker, lambda *x: _STUDENTS[checker](*x)[0])
     assert not ok and "return the pair" in out and not report.runs
 
 
-def test_updating_the_state_in_place_is_reported(capsys):
+def test_updating_the_state_in_place_is_reported(verdict):
     def in_place(S, q, k, v, beta):
         new, out = student_step(S, q, k, v, beta)
         S.copy_(new)
         return new, out
 
-    ok, out, _ = verdict(check_delta_step, in_place, capsys)
+    ok, out, _ = verdict(check_delta_step, in_place)
     assert not ok and "modified its input in place" in out
 
 

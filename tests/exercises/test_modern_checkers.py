@@ -147,15 +147,8 @@ WRONG = [
 
 @pytest.mark.parametrize("checker, candidate, mistake", WRONG,
                          ids=[f"{c.__name__}-{m[0]}-{m[1]}" for c, _, m in WRONG])
-def test_mistake_is_named_and_loses_its_family(checker, candidate, mistake, capsys):
-    ok, out = run(checker, candidate, capsys)
-    title = MISTAKES[mistake].title
-    assert ok is False and title in out and MISTAKES[mistake].hint[:40] in out
-    assert "match none of the classic mistakes" not in out
-    report = grading._run_checker(checker.__name__, candidate)
-    assert report.runs and report.named == [title]
-    assert set(report.failed_families) == {FAMILIES[mistake[0]]}
-    assert report.score == grading.max_points(checker.__name__) - 1
+def test_mistake_is_named_and_loses_its_family(checker, candidate, mistake, named_mistakes):
+    named_mistakes(checker, candidate, [mistake])
 
 
 def test_the_halves_convention_is_called_a_convention(capsys):

@@ -96,10 +96,6 @@ def with_bugs(student, *bugs):
     return lambda *args: student(*args, *bugs)
 
 
-def verdict(checker, candidate, capsys):
-    """Whether ``candidate`` passes, what the checker printed, and the grading's report of it."""
-    ok = checker(candidate)
-    return ok, capsys.readouterr().out, grading._run_checker(checker.__name__, candidate)
 
 
 # ---------------------------------------------------------------- right answers, named mistakes
@@ -144,27 +140,20 @@ _STUDENTS = {check_streaming_mask: student_streaming, check_absorbed_scores: stu
 
 
 @pytest.mark.parametrize("checker, candidate", REFERENCES)
-def test_a_right_answer_passes_with_full_marks(checker, candidate, capsys):
-    ok, out, report = verdict(checker, candidate, capsys)
+def test_a_right_answer_passes_with_full_marks(checker, candidate, verdict):
+    ok, out, report = verdict(checker, candidate)
     assert ok is True and "cases pass" in out
     assert report.score == grading.max_points(checker.__name__)
 
 
 @pytest.mark.parametrize("checker, bugs, mistakes", WRONG,
                          ids=[f"{c.__name__}-{'+'.join(b)}" for c, b, _ in WRONG])
-def test_each_mistake_is_named_with_its_hint_and_loses_its_family(checker, bugs, mistakes, capsys):
-    ok, out, report = verdict(checker, with_bugs(_STUDENTS[checker], *bugs), capsys)
-    titles = [MISTAKES[m].title for m in mistakes]
-    assert not ok and "match none of the classic mistakes" not in out
-    assert all(MISTAKES[m].title in out and MISTAKES[m].hint[:40] in out for m in mistakes)
-    assert report.runs and sorted(report.named) == sorted(titles)
-    lost = {FAMILIES[setting] for setting, _ in mistakes}
-    assert set(report.failed_families) == lost
-    assert report.score == grading.max_points(checker.__name__) - len(lost)
+def test_each_mistake_is_named_with_its_hint_and_loses_its_family(checker, bugs, mistakes, named_mistakes):
+    named_mistakes(checker, with_bugs(_STUDENTS[checker], *bugs), mistakes)
 
 
-def test_unknown_mistake_gets_the_general_hint(capsys):
-    ok, out, report = verdict(check_gated_output, lambda X, z, W_o: 1.5 * student_gated(X, z, W_o), capsys)
+def test_unknown_mistake_gets_the_general_hint(verdict):
+    ok, out, report = verdict(check_gated_output, lambda X, z, W_o: 1.5 * student_gated(X, z, W_o))
     assert not ok and "match none of the classic mistakes" in out and "gate_heads" in out
     assert report.runs and report.score == 1
 
@@ -177,8 +166,8 @@ def _stub(*args):
 
 
 @pytest.mark.parametrize("checker", list(_STUDENTS))
-def test_stub_is_not_implemented_yet_and_gets_nothing(checker, capsys):
-    ok, out, report = verdict(checker, _stub, capsys)
+def test_stub_is_not_implemented_yet_and_gets_nothing(checker, verdict):
+    ok, out, report = verdict(checker, _stub)
     assert not ok and "not implemented yet" in out and report.score == 0
 
 
@@ -190,28 +179,28 @@ def test_stub_is_not_implemented_yet_and_gets_nothing(checker, capsys):
     (check_absorbed_scores, lambda q, c, W: (q @ W) @ c.mT, "W_uk is an nn.Linear weight"),
     (check_gated_output, lambda X, z, W_o: gate_heads(X, z), "the output has shape"),
 ])
-def test_wrong_kinds_of_result_are_named_without_the_runs_point(checker, candidate, phrase, capsys):
-    ok, out, report = verdict(checker, candidate, capsys)
+def test_wrong_kinds_of_result_are_named_without_the_runs_point(checker, candidate, phrase, verdict):
+    ok, out, report = verdict(checker, candidate)
     assert not ok and phrase in out and not report.runs
 
 
-def test_gating_the_input_in_place_is_reported(capsys):
+def test_gating_the_input_in_place_is_reported(verdict):
     def in_place(X, gate_logits, W_o):
         X.copy_(gate_heads(X, gate_logits))
         return W_o(merge_heads(X))
 
-    ok, out, _ = verdict(check_gated_output, in_place, capsys)
+    ok, out, _ = verdict(check_gated_output, in_place)
     assert not ok and "modified its input in place" in out
 
 
-def test_the_student_gets_a_copy_of_W_o(capsys):
+def test_the_student_gets_a_copy_of_W_o(verdict):
     def destructive(X, gate_logits, W_o):
         out = W_o(merge_heads(gate_heads(X, gate_logits)))
         with torch.no_grad():
             W_o.weight.zero_()  # would corrupt the reference if it were shared
         return out
 
-    assert verdict(check_gated_output, destructive, capsys)[0] is True
+    assert verdict(check_gated_output, destructive)[0] is True
 
 
 # ---------------------------------------------------------------- the mistake models

@@ -19,16 +19,20 @@ from mha_lib.interop import (
     copy_to_gpt2_attention,
     from_bloom_attention,
     from_gemma2_attention,
+    from_gemma3_attention,
     from_gpt2_attention,
     from_gpt_oss_attention,
     from_hf_llama,
+    from_llama4_attention,
     from_llama_attention,
     from_torch_mha,
     layer_mask,
     to_bloom_attention,
     to_gemma2_attention,
+    to_gemma3_attention,
     to_gpt2_attention,
     to_gpt_oss_attention,
+    to_llama4_attention,
     to_llama_attention,
     to_torch_mha,
 )
@@ -47,6 +51,8 @@ JUNK = [None, 3, "attention", [1, 2], torch.zeros(2), nn.Linear(4, 4), float("na
     (ov_circuits, "mha"), (circuit_ranks, "circuits"), (from_gpt_oss_attention, "attn"),
     (to_gpt_oss_attention, "gqa"), (from_gemma2_attention, "attn"), (to_gemma2_attention, "gqa"),
     (from_bloom_attention, "attn"), (to_bloom_attention, "mha"), (layer_mask, "attn"),
+    (from_gemma3_attention, "attn"), (to_gemma3_attention, "gqa"), (from_llama4_attention, "attn"),
+    (to_llama4_attention, "gqa"),
 ])
 def test_converters_name_their_argument(convert, name, junk):
     with pytest.raises(ValueError, match=name):

@@ -17,6 +17,8 @@ from mha_lib.interop import (
     from_llama_attention,
     to_bloom_attention,
     to_gemma2_attention,
+    to_gemma3_attention,
+    to_llama4_attention,
     to_gpt2_attention,
     to_gpt_oss_attention,
     to_llama_attention,
@@ -50,6 +52,10 @@ CONVERTERS = {  # name: (convert, a layer it converts, the options it maps)
               ("rope", "qk_norm")),
     "olmo2": (to_olmo2_attention, GroupedQueryAttention(8, 2, 1, 0.0, rope=True, qk_norm="width"),
               ("rope", "qk_norm")),
+    "gemma3": (to_gemma3_attention, GroupedQueryAttention(8, 2, 1, 0.0, rope=True, qk_norm="head"),
+               ("rope", "rope_scale", "qk_norm")),
+    "llama4": (to_llama4_attention, GroupedQueryAttention(8, 2, 1, 0.0, rope=True, qk_norm="l2"),
+               ("rope", "qk_norm")),  # (its NoPE layers' temperature: test_interop_llama4.py)
 }
 
 
@@ -71,9 +77,11 @@ def test_each_converter_converts_its_layer_and_refuses_each_option_it_does_not_m
             convert(rebuild(layer, **{option: EXAMPLES[option]}))
 
 
-@pytest.mark.parametrize("name", ["llama", "gemma2", "gpt-oss", "qwen3", "olmo2"])
+@pytest.mark.parametrize("name", ["llama", "gemma2", "gpt-oss", "qwen3", "olmo2", "gemma3", "llama4"])
 @pytest.mark.parametrize("spec", [Rope(ntk=2.0), Rope(yarn=2.0, original_length=8), Rope(partial=0.5)])
 def test_a_rope_family_refuses_a_scaling_it_does_not_map(name, spec):
+    if name == "llama" and spec.yarn != 1.0:
+        pytest.skip("Llama maps YaRN (test_interop_yarn.py)")
     convert, layer, _ = CONVERTERS[name]
     with pytest.raises(ValueError, match="rope"):
         convert(rebuild(layer, rope=spec))

@@ -1,5 +1,7 @@
 """gpt-oss (sink logits), Gemma 2 (soft-capping, its own scale), BLOOM (ALiBi), Qwen 3
-(QK-norm per head, RoPE base 1000000) and OLMo 2 (QK-norm over the width) from
+(QK-norm per head, RoPE base 1000000), OLMo 2 (QK-norm over the width) and Gemma 3 (QK-norm
+per head, its own scale, a RoPE base per kind of layer) and Llama 4 (a chunked layer with
+RoPE and an L2 norm, a NoPE layer with a temperature) from
 ``transformers``, both ways, against ``transformers``' own eager attention.
 
 Each model is built from a tiny config (random weights, seeded, nothing downloaded) and runs
@@ -24,23 +26,28 @@ from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.interop import (
     from_bloom_attention,
     from_gemma2_attention,
+    from_gemma3_attention,
+    from_llama4_attention,
     from_gpt_oss_attention,
     from_olmo2_attention,
     from_qwen3_attention,
     layer_mask,
     to_bloom_attention,
     to_gemma2_attention,
+    to_gemma3_attention,
+    to_llama4_attention,
     to_gpt_oss_attention,
     to_olmo2_attention,
     to_qwen3_attention,
 )
 from mha_lib.interop._bloom import _bloom_slopes
-from mha_lib.masks import document, padding
+from mha_lib.masks import causal, document, padding
 from mha_lib.multihead import MultiHeadAttention
+from mha_lib.patterns import LayerKind
 from mha_lib.scores import alibi, softcap
 
 WINDOW = 3
-FAMILIES = ["gpt_oss", "gemma2", "bloom", "qwen3", "olmo2"]
+FAMILIES = ["gpt_oss", "gemma2", "bloom", "qwen3", "olmo2", "gemma3", "llama4"]
 
 
 def _model(family, seed=0, dtype=torch.float32):
@@ -67,6 +74,19 @@ def _model(family, seed=0, dtype=torch.float32):
                 **{**sizes, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
                 use_sliding_window=True, layer_types=["sliding_attention", "full_attention"])
             model = transformers.Qwen3ForCausalLM(config)
+        elif family == "gemma3":  # a scale of its own, two bases (local 10000, global 1000000)
+            bases = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                     "full_attention": {"rope_type": "default", "rope_theta": 1e6}}
+            config = transformers.Gemma3TextConfig(
+                **{**sizes, "rope_parameters": bases}, query_pre_attn_scalar=5, rms_norm_eps=1e-6,
+                layer_types=["sliding_attention", "full_attention"])
+            model = transformers.Gemma3ForCausalLM(config)
+        elif family == "llama4":  # a chunk of 3 with RoPE, then NoPE with a temperature from position 1
+            config = transformers.Llama4TextConfig(
+                **{k: v for k, v in sizes.items() if k != "sliding_window"}, attention_chunk_size=WINDOW,
+                no_rope_layers=[1, 0], rms_norm_eps=1e-6, floor_scale=2, attn_scale=0.5,
+                moe_layers=[], intermediate_size_mlp=16)
+            model = transformers.Llama4ForCausalLM(config)
         elif family == "gpt_oss":
             config = transformers.GptOssConfig(**sizes, num_local_experts=2, num_experts_per_tok=1,
                                                experts_implementation="eager")  # (float64 too)
@@ -84,7 +104,8 @@ def _model(family, seed=0, dtype=torch.float32):
 
 
 FROM = {"gpt_oss": from_gpt_oss_attention, "gemma2": from_gemma2_attention,
-        "bloom": from_bloom_attention, "qwen3": from_qwen3_attention, "olmo2": from_olmo2_attention}
+        "bloom": from_bloom_attention, "qwen3": from_qwen3_attention, "olmo2": from_olmo2_attention,
+        "gemma3": from_gemma3_attention, "llama4": from_llama4_attention}
 
 
 def _to(family, layer, attn):
@@ -93,11 +114,14 @@ def _to(family, layer, attn):
         return to_bloom_attention(layer)
     if family == "olmo2":
         return to_olmo2_attention(layer)
+    if family == "llama4":
+        return to_llama4_attention(layer, chunk_size=getattr(layer_mask(attn), "chunk_size", None))
     if family in ("gpt_oss", "qwen3"):
         to = to_gpt_oss_attention if family == "gpt_oss" else to_qwen3_attention
         return to(layer, sliding_window=attn.sliding_window)
-    return to_gemma2_attention(layer, sliding_window=attn.sliding_window,
-                               query_pre_attn_scalar=attn.config.query_pre_attn_scalar)
+    to = to_gemma2_attention if family == "gemma2" else to_gemma3_attention
+    return to(layer, sliding_window=attn.sliding_window,
+              query_pre_attn_scalar=attn.config.query_pre_attn_scalar)
 
 
 def _record(model, attns, ids, **kwargs):
@@ -135,6 +159,16 @@ def _padded(B, L, side, seed):
     return ids, real.long()
 
 
+def _chunks_from_the_first_token(real, c):
+    """(B, L) chunk ids as ``transformers`` counts them on left-padded rows: from each
+    example's first real token (``chunked_overlay`` shifts by the left padding); the padding
+    in a chunk of its own. (The book's ``chunked(c)`` counts from position 0, the same
+    without left padding.)"""
+    L = real.shape[1]
+    first = L - real.sum(-1, keepdim=True)  # (B, 1): the left padding
+    return torch.where(real.bool(), (torch.arange(L) - first) // c, L)
+
+
 @pytest.mark.parametrize("side, dtype", [("right", torch.float32), ("left", torch.float32),
                                          ("right", torch.float64)])
 @pytest.mark.parametrize("family", FAMILIES)
@@ -156,6 +190,8 @@ def test_both_ways_equal_eager_attention(family, side, dtype):
         x = _hidden(args, kw)
         ours = FROM[family](attn)
         mask = layer_mask(attn) & (padding(real.sum(-1)) if side == "right" else document(real))
+        if side == "left" and repr(layer_mask(attn)).startswith("chunked"):  # (Llama 4)
+            mask = causal() & document(_chunks_from_the_first_token(real, WINDOW))
         kinds.append(repr(layer_mask(attn)))
         back = _to(family, ours, attn)
         with torch.no_grad():
@@ -167,6 +203,7 @@ def test_both_ways_equal_eager_attention(family, side, dtype):
         torch.testing.assert_close(got[rows], theirs[rows], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(again, theirs, rtol=1e-5, atol=1e-5)
     expected = ["causal()"] * 2 if family in ("bloom", "olmo2") else [f"sliding_window({WINDOW})", "causal()"]
+    expected[0] = f"chunked({WINDOW})" if family == "llama4" else expected[0]
     assert kinds == expected
 
 
@@ -203,6 +240,8 @@ def test_decoding_with_a_cache_equals_eager(family):
     layers = [FROM[family](a) for a in attns]
     caches = [KVCache(window=a.sliding_window) if getattr(a, "sliding_window", None) else KVCache()
               for a in attns]
+    if family == "llama4":  # its chunked layer: a cache of the current chunk (mha_lib.patterns)
+        caches[0] = KVCache.of_layers([LayerKind("chunk", WINDOW).cache()])
     assert [len(calls) for calls in recorded] == [2] * 5
     for calls in recorded:
         for layer, cache, (_, args, kw, theirs) in zip(layers, caches, calls):
@@ -351,10 +390,13 @@ def test_round_trip_keeps_every_option(family, Hkv, g, half, dropout, bias, cap,
         s = GroupedQueryAttention.Settings(D, H, Hkv, dropout, bias, rope=True,
                                            score_mod=None if family != "gemma2" or cap is None else softcap(cap),
                                            sink_logits=family == "gpt_oss",
-                                           qk_norm={"qwen3": "head", "olmo2": "width"}.get(family))
+                                           qk_norm={"qwen3": "head", "olmo2": "width", "gemma3": "head",
+                                                    "llama4": "l2"}.get(family))
         layer = build(GroupedQueryAttention, s).train(training)
         to = {"gpt_oss": to_gpt_oss_attention, "gemma2": to_gemma2_attention,
-              "qwen3": to_qwen3_attention, "olmo2": lambda m, sliding_window: to_olmo2_attention(m)}[family]
+              "qwen3": to_qwen3_attention, "olmo2": lambda m, sliding_window: to_olmo2_attention(m),
+              "gemma3": to_gemma3_attention,
+              "llama4": lambda m, sliding_window: to_llama4_attention(m, chunk_size=sliding_window)}[family]
         back = FROM[family](to(layer, sliding_window=window))
     assert back.settings == s and back.training == training
     x = torch.randn(2, 5, D)
