@@ -1,10 +1,18 @@
 /* The story language model of chapter 12, running in the page: type a sentence, see its heads.
  *
- * The page holds the model as mha_lib.lm.export() writes it ("mha_lib.lm/1": config,
- * tokenizer, weights as base64 little-endian float32, PyTorch's (out, in) layout) in a
- * <script type="application/json">, next to the explorer's markup, both written by
- * mha_lib.viz.text_explorer.text_explorer_html. Nothing is fetched: the page works offline
- * and from file://. plotly.js and mha-figures.js are loaded before this script.
+ * The model is as mha_lib.lm.export() writes it ("mha_lib.lm/1": config, tokenizer, weights as
+ * base64 little-endian float32, PyTorch's (out, in) layout). mha_lib.viz.text_explorer.text_explorer_html
+ * puts it in a <script type="application/json"> next to the explorer's markup; on the website
+ * the build (mha_lib.book.sphinx_ext.split_models) moves it to a file of its own,
+ * _static/mha-lm-models/<key>.js, which sets window.mhaLMModels[<key>], and gives the explorer's
+ * root data-model-src (the file's address) and data-model-key. The page then shows the
+ * explorer's controls at once and loads the model with a <script src> (nothing is fetched: the
+ * page works offline and from file://) when the explorer comes within LOAD_MARGIN of the
+ * viewport or the reader focuses, presses or types anything in it, whichever comes first; a
+ * status line (role="status") says it loads, then the explorer draws. A reader who never
+ * reaches the explorer never pays for its model. window.mhaLM.loadAll() loads every explorer's
+ * model now (the PDF printer, mha_lib.book.pdf, calls it). plotly.js and mha-figures.js are
+ * loaded before this script.
  *
  * The forward pass is mha_lib.lm.StoryLM's (see that module's docstring), one position at a
  * time with a key/value cache, in double precision from the float32 weights:
@@ -57,6 +65,7 @@
     "html[data-theme=dark] .mha-lm-tok.mha-lm-unk{border-color:#ffb366}",
     ".mha-lm-hint{margin:0.25rem 0 0.5rem}.mha-lm-hint p{margin:0.25rem 0}",
     ".mha-lm-continuation{margin:0.5rem 0;font-size:1.05rem}",
+    ".mha-lm-status{margin:0.5rem 0;font-style:italic}.mha-lm-status:empty{display:none}",
     ".mha-lm-continuation strong{border-bottom:2px solid var(--pst-color-primary,#1a4f8b)}",
     ".mha-lm-sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}",
     ".mha-lm details{margin:0.5rem 0}.mha-lm summary{cursor:pointer;min-height:2rem}",
@@ -566,12 +575,15 @@
                               : text + " " + replacement;
   }
 
-  function mount(root) {
-    if (root.mhaLM) return root.mhaLM;
-    var source = document.getElementById(root.getAttribute("data-model"));
-    var settings = JSON.parse(root.getAttribute("data-settings"));
-    var model = new Model(JSON.parse(source.textContent));
+  function addStyle() {
     if (!document.getElementById("mha-lm-style")) document.head.appendChild(el("style", {id: "mha-lm-style", text: CSS}));
+  }
+
+  function mount(root, exported) {  // exported: the model (default: the page's inline one)
+    if (root.mhaLM) return root.mhaLM;
+    var settings = JSON.parse(root.getAttribute("data-settings"));
+    var model = new Model(exported || JSON.parse(document.getElementById(root.getAttribute("data-model")).textContent));
+    addStyle();
     var input = root.querySelector("#lm-input"), form = root.querySelector("form");
     var tokensBox = root.querySelector(".mha-lm-tokens"), hint = root.querySelector(".mha-lm-hint");
     var said = root.querySelector(".mha-lm-continuation"), gd = root.querySelector(".mha-lm-figure");
@@ -776,16 +788,98 @@
       if (!drawn || !state.tokens.length) return {layer: n, heads: []};
       return {layer: n, heads: state.weights[n].map(function (_, h) { return rows(state, n, h); })};
     };
-    update();
+    api.ready = update().then(function () { return api; });
     return api;
+  }
+
+  // --- a model in a file of its own (data-model-src), loaded when the reader reaches it ---------
+  var LOAD_MARGIN = "1200px 0px";  // load this far ahead of the viewport: drawn by the time it shows
+
+  function statusLine(root) {  // the explorer's status line (role="status": read out politely)
+    var line = root.querySelector(".mha-lm-status");
+    if (!line) {
+      var live = root.querySelector(".mha-lm-live");
+      line = el("p", {"class": "mha-lm-status", role: "status"});
+      live.insertBefore(line, live.querySelector(".mha-lm-tokens"));
+    }
+    return line;
+  }
+
+  function loadModel(root) {  // a promise of the explorer's api, its model loaded and drawn
+    if (root.mhaLM) return root.mhaLM.ready;
+    if (root.mhaLMLoading) return root.mhaLMLoading;
+    var key = root.getAttribute("data-model-key"), src = root.getAttribute("data-model-src");
+    var bytes = Number(root.getAttribute("data-model-bytes")), line = statusLine(root);
+    line.textContent = "Loading the story model" + (bytes ? " (" + Math.round(bytes / 1000) + " kB)" : "") + "\u2026";
+    root.setAttribute("data-model-state", "loading");
+    var models = window.mhaLMModels = window.mhaLMModels || {};
+    root.mhaLMLoading = new Promise(function (resolve, reject) {
+      if (models[key]) { resolve(models[key]); return; }
+      var script = document.createElement("script");
+      script.src = src;
+      script.onload = function () {
+        if (models[key]) resolve(models[key]);
+        else reject(new Error("mha-lm: " + src + " holds no model " + key));
+      };
+      script.onerror = function () { reject(new Error("mha-lm: could not load " + src)); };
+      document.head.appendChild(script);
+    }).then(function (exported) {
+      return mount(root, exported).ready;
+    }).then(function (api) {
+      line.textContent = "";
+      root.setAttribute("data-model-state", "loaded");
+      return api;
+    }, function (error) {
+      root.mhaLMLoading = null;  // the next focus or key press tries again
+      root.setAttribute("data-model-state", "failed");
+      line.textContent = "The model could not be loaded: reload the page to try again.";
+      throw error;
+    });
+    return root.mhaLMLoading;
+  }
+
+  function prepare(root) {  // the controls at once; the model when the reader reaches them
+    if (root.mhaLM || root.mhaLMPrepared) return;
+    root.mhaLMPrepared = true;
+    addStyle();
+    var input = root.querySelector("#lm-input"), form = root.querySelector("form");
+    root.querySelector(".mha-lm-fallback").hidden = true;
+    root.querySelector(".mha-lm-live").hidden = false;
+    root.querySelector(".mha-lm-write-on").disabled = true;  // no continuation before the model
+    statusLine(root).textContent = "The model loads when you reach this explorer, or type into it.";
+    root.setAttribute("data-model-state", "waiting");
+    function load() { loadModel(root).catch(function (error) { console.error(error); }); }
+    ["focusin", "pointerdown", "keydown", "input"].forEach(function (name) { root.addEventListener(name, load); });
+    form.addEventListener("submit", function (event) { if (!root.mhaLM) event.preventDefault(); });
+    root.querySelectorAll(".mha-lm-example").forEach(function (button) {  // read once the model is there
+      button.addEventListener("click", function () { if (!root.mhaLM) input.value = button.getAttribute("data-text"); });
+    });
+    if (!window.IntersectionObserver) { load(); return; }
+    var seen = new IntersectionObserver(function (entries) {
+      if (!entries.some(function (entry) { return entry.isIntersecting; })) return;
+      seen.disconnect();
+      load();
+    }, {rootMargin: LOAD_MARGIN});
+    seen.observe(root);
+  }
+
+  function loadAll() {  // every explorer's model, now (printing): a promise of their apis
+    return Promise.all([].map.call(document.querySelectorAll(".mha-lm[data-model]"), function (root) {
+      if (!root.hasAttribute("data-model-src")) return Promise.resolve(mount(root).ready);
+      prepare(root);
+      return loadModel(root);
+    }));
   }
 
   function mountAll() {
     if (!window.Plotly) return;
-    document.querySelectorAll(".mha-lm[data-model]").forEach(mount);
+    document.querySelectorAll(".mha-lm[data-model]").forEach(function (root) {
+      if (root.hasAttribute("data-model-src")) prepare(root);
+      else mount(root);
+    });
   }
 
-  window.mhaLM = {Model: Model, mount: mount, readText: readText};
+  window.mhaLM = {Model: Model, mount: mount, readText: readText, loadAll: loadAll};
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", mountAll);
   else mountAll();
 })();

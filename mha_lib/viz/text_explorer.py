@@ -2,9 +2,10 @@
 
 * :func:`explore_text`: live in Jupyter (ipywidgets and a plotly ``FigureWidget``; needs a
   kernel). Every change of its text box runs :class:`mha_lib.lm.StoryLM` again.
-* :func:`text_explorer_html`: the same on the website, without a kernel. The page holds the
+* :func:`text_explorer_html`: the same on the website, without a kernel. The fragment holds the
   model as :func:`mha_lib.lm.export` writes it, and ``_static/mha-lm.js`` runs its forward
-  pass in the browser (the book's Sphinx extension loads that script on the page).
+  pass in the browser (the book's Sphinx extension loads that script on the page, and moves the
+  model into a file of its own that the page loads when the reader reaches the explorer).
 
 Both read a text the same way (:func:`_read`): its first ``_MAX_TOKENS`` tokens, every
 layer's and head's attention weights (``StoryLM(..., need_weights=True)``), and the model's
@@ -432,9 +433,12 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
     The fragment holds the controls (a form with ``<input id="lm-input">`` and the layer
     choice, which stays on screen while the reader scrolls through the figure; example
     buttons), an empty figure div, and the model as :func:`mha_lib.lm.export` writes it, in a
-    ``<script type="application/json">`` (nothing is fetched, so the page also works from
-    ``file://``). ``_static/mha-lm.js`` (loaded by :mod:`mha_lib.book.sphinx_ext` on the page,
-    after plotly.js) runs the forward pass and draws the figure as :func:`explore_text` does.
+    ``<script type="application/json">``. ``_static/mha-lm.js`` (loaded by
+    :mod:`mha_lib.book.sphinx_ext` on the page, after plotly.js) runs the forward pass and draws
+    the figure as :func:`explore_text` does. On the website the build moves the model into
+    ``_static/mha-lm-models/<key>.js`` (:func:`mha_lib.book.sphinx_ext.split_models`), which the
+    page loads with a ``<script src>`` (nothing is fetched: it works from ``file://`` too) when
+    the reader reaches the explorer or types into it.
     Without that script (in Jupyter) only a note pointing to :func:`explore_text` shows. Show
     it with ``IPython.display.HTML(...)``.
 
