@@ -1,10 +1,18 @@
 /* The story language model of chapter 12, running in the page: type a sentence, see its heads.
  *
- * The page holds the model as mha_lib.lm.export() writes it ("mha_lib.lm/1": config,
- * tokenizer, weights as base64 little-endian float32, PyTorch's (out, in) layout) in a
- * <script type="application/json">, next to the explorer's markup, both written by
- * mha_lib.viz.text_explorer.text_explorer_html. Nothing is fetched: the page works offline
- * and from file://. plotly.js and mha-figures.js are loaded before this script.
+ * The model is as mha_lib.lm.export() writes it ("mha_lib.lm/1": config, tokenizer, weights as
+ * base64 little-endian float32, PyTorch's (out, in) layout). mha_lib.viz.text_explorer.text_explorer_html
+ * puts it in a <script type="application/json"> next to the explorer's markup; on the website
+ * the build (mha_lib.book.sphinx_ext.split_models) moves it to a file of its own,
+ * _static/mha-lm-models/<key>.js, which sets window.mhaLMModels[<key>], and gives the explorer's
+ * root data-model-src (the file's address) and data-model-key. The page then shows the
+ * explorer's controls at once and loads the model with a <script src> (nothing is fetched: the
+ * page works offline and from file://) when the explorer comes within LOAD_MARGIN of the
+ * viewport or the reader focuses, presses or types anything in it, whichever comes first; a
+ * status line (role="status") says it loads, then the explorer draws. A reader who never
+ * reaches the explorer never pays for its model. window.mhaLM.loadAll() loads every explorer's
+ * model now (the PDF printer, mha_lib.book.pdf, calls it). plotly.js and mha-figures.js are
+ * loaded before this script.
  *
  * The forward pass is mha_lib.lm.StoryLM's (see that module's docstring), one position at a
  * time with a key/value cache, in double precision from the float32 weights:
@@ -12,6 +20,13 @@
  *   rotary on q and k (pairs (2i, 2i+1), angle p * base^(-2i/d)); query head h reads the
  *   key/value head h / (H / Hkv); causal softmax(q k / sqrt(d)); x += W_o concat + b_o;
  *   x += W_2 relu(W_1 LN2(x) + b_1) + b_2;  logits = W_out LN(x) + b_out.
+ * A hybrid (config.layers, as mha_lib.viz.text_explorer exports it: "gated_deltanet" or
+ * "softmax" per layer) has Gated DeltaNet layers (mha_lib.linear.GatedDeltaNet, its recurrent
+ * form) in place of attention in some blocks: q, k, v as above without rotary; per head q and
+ * k divided by their length (at least 1e-12), beta = sigmoid(W_beta h + b_beta), alpha =
+ * sigmoid(W_alpha h + b_alpha); the state S (d x d, zeros at first) becomes alpha S, then
+ * S + k^T beta (v - k S); the head's output is q S; x += W_o concat + b_o. Such a layer has no
+ * attention weights: the page shows the softmax layers only.
  * Greedy continuation: up to settings.continuation_tokens tokens, up to the first "." (as
  * mha_lib.viz.text_explorer does with StoryLM.generate). For tests: the root element carries
  * .mhaLM = {model, state, shown()} and data-rendered (bumped at each drawing); shown() gives the
@@ -50,6 +65,7 @@
     "html[data-theme=dark] .mha-lm-tok.mha-lm-unk{border-color:#ffb366}",
     ".mha-lm-hint{margin:0.25rem 0 0.5rem}.mha-lm-hint p{margin:0.25rem 0}",
     ".mha-lm-continuation{margin:0.5rem 0;font-size:1.05rem}",
+    ".mha-lm-status{margin:0.5rem 0;font-style:italic}.mha-lm-status:empty{display:none}",
     ".mha-lm-continuation strong{border-bottom:2px solid var(--pst-color-primary,#1a4f8b)}",
     ".mha-lm-sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}",
     ".mha-lm details{margin:0.5rem 0}.mha-lm summary{cursor:pointer;min-height:2rem}",
@@ -86,9 +102,14 @@
     this.d = this.D / this.H;
     this.eps = cfg.layer_norm_eps; this.base = cfg.rope_base;
     this.embedding = get("token_embedding.weight");
+    this.kinds = cfg.layers || [];
     this.blocks = [];
     for (var n = 0; n < this.N; n++) {
       var p = "blocks." + n + ".";
+      this.kinds[n] = this.kinds[n] || "softmax";
+      if (this.kinds[n] !== "softmax" && this.kinds[n] !== "gated_deltanet") {
+        throw new Error("mha-lm: layer " + n + " is " + this.kinds[n] + ", not softmax or gated_deltanet");
+      }
       this.blocks.push({
         ln1w: get(p + "norm1.weight"), ln1b: get(p + "norm1.bias"),
         Wq: get(p + "attention.W_q.weight"), bq: get(p + "attention.W_q.bias"),
@@ -99,7 +120,14 @@
         W1: get(p + "feed_forward.0.weight"), b1: get(p + "feed_forward.0.bias"),
         W2: get(p + "feed_forward.3.weight"), b2: get(p + "feed_forward.3.bias")
       });
+      if (this.kinds[n] === "gated_deltanet") {
+        var blk = this.blocks[n];
+        blk.Wbeta = get(p + "attention.W_beta.weight"); blk.bbeta = get(p + "attention.W_beta.bias");
+        blk.Walpha = get(p + "attention.W_alpha.weight"); blk.balpha = get(p + "attention.W_alpha.bias");
+      }
     }
+    this.softmaxLayers = [];
+    for (n = 0; n < this.N; n++) if (this.kinds[n] === "softmax") this.softmaxLayers.push(n);
     this.normw = get("norm.weight"); this.normb = get("norm.bias");
     this.Wout = get("unembedding.weight"); this.bout = get("unembedding.bias");
     var tok = exported.tokenizer;
@@ -148,23 +176,70 @@
     }
   };
 
+  /* Per layer: the keys and values of a softmax layer, or the states of a Gated DeltaNet layer
+   * after each position (Float64Array H*d*d each: going back to an earlier position is
+   * dropping the later states). */
   Model.prototype.newCache = function () {
     var cache = [];
-    for (var n = 0; n < this.N; n++) cache.push({keys: [], values: []});
+    for (var n = 0; n < this.N; n++) cache.push({keys: [], values: [], states: []});
     return cache;
   };
 
-  /* Feed the token `id` at position cache[0].keys.length. Returns the next-token logits
+  function trim(cache, length) {  // forget the positions from `length` on
+    cache.forEach(function (c) {
+      ["keys", "values", "states"].forEach(function (name) { if (c[name].length > length) c[name].length = length; });
+    });
+  }
+
+  function sigmoid(z) { return z >= 0 ? 1 / (1 + Math.exp(-z)) : Math.exp(z) / (1 + Math.exp(z)); }
+
+  /* A Gated DeltaNet layer at one position (mha_lib.linear.delta_recurrent): from the state
+   * after the previous position to the next (pushed on c.states); returns the heads' outputs
+   * (Float64Array D) before W_o. */
+  Model.prototype.deltaStep = function (blk, c, q, k, v, hN) {
+    var H = this.H, d = this.d, D = this.D, i, j;
+    var beta = linear(blk.Wbeta, blk.bbeta, hN, H, D), gate = linear(blk.Walpha, blk.balpha, hN, H, D);
+    var last = c.states.length ? c.states[c.states.length - 1] : new Float64Array(H * d * d);
+    var S = new Float64Array(H * d * d), out = new Float64Array(D);
+    for (var h = 0; h < H; h++) {
+      var o = h * d, base = h * d * d, qn = 0, kn = 0;
+      for (i = 0; i < d; i++) { qn += q[o + i] * q[o + i]; kn += k[o + i] * k[o + i]; }
+      qn = Math.max(Math.sqrt(qn), 1e-12); kn = Math.max(Math.sqrt(kn), 1e-12);  // as F.normalize
+      var alpha = sigmoid(gate[h]), b = sigmoid(beta[h]);
+      for (i = 0; i < d * d; i++) S[base + i] = alpha * last[base + i];  // forget
+      for (j = 0; j < d; j++) {  // error_j = beta (v_j - (k S)_j); S_ij += k_i error_j
+        var stored = 0;
+        for (i = 0; i < d; i++) stored += (k[o + i] / kn) * S[base + i * d + j];
+        var error = b * (v[o + j] - stored);
+        for (i = 0; i < d; i++) S[base + i * d + j] += (k[o + i] / kn) * error;
+      }
+      for (j = 0; j < d; j++) {  // the output q S
+        var s = 0;
+        for (i = 0; i < d; i++) s += (q[o + i] / qn) * S[base + i * d + j];
+        out[o + j] = s;
+      }
+    }
+    c.states.push(S);
+    return out;
+  };
+
+  /* Feed the token `id` at the position after the cached ones. Returns the next-token logits
    * (Float64Array V) when wantLogits, and each head's weights over keys 0..p in rows[n][h]. */
   Model.prototype.step = function (id, cache, wantLogits) {
     var D = this.D, H = this.H, Hkv = this.Hkv, d = this.d, g = H / Hkv;
-    var position = cache[0].keys.length, scale = 1 / Math.sqrt(d);
+    var position = Math.max(cache[0].keys.length, cache[0].states.length), scale = 1 / Math.sqrt(d);
     var x = new Float64Array(D), rows = [], i, j;
     for (i = 0; i < D; i++) x[i] = this.embedding[id * D + i];
     for (var n = 0; n < this.N; n++) {
       var blk = this.blocks[n], c = cache[n];
       var hN = layerNorm(x, blk.ln1w, blk.ln1b, this.eps);
       var q = linear(blk.Wq, blk.bq, hN, D, D);
+      if (this.kinds[n] === "gated_deltanet") {  // no weights: a row of nulls per head
+        var mixed = this.deltaStep(blk, c, q, linear(blk.Wk, blk.bk, hN, D, D), linear(blk.Wv, blk.bv, hN, D, D), hN);
+        rows.push(new Array(H).fill(null));
+        this.feedForward(blk, x, linear(blk.Wo, blk.bo, mixed, D, D));
+        continue;
+      }
       var k = linear(blk.Wk, blk.bk, hN, Hkv * d, D);
       var v = linear(blk.Wv, blk.bv, hN, Hkv * d, D);
       this.rotate(q, H, position);
@@ -190,17 +265,22 @@
         layerRows.push(scores);
       }
       rows.push(layerRows);
-      var attended = linear(blk.Wo, blk.bo, concat, D, D);
-      for (i = 0; i < D; i++) x[i] += attended[i];
-      var hidden = linear(blk.W1, blk.b1, layerNorm(x, blk.ln2w, blk.ln2b, this.eps), this.F, D);
-      for (i = 0; i < this.F; i++) if (hidden[i] < 0) hidden[i] = 0;
-      var ff = linear(blk.W2, blk.b2, hidden, D, this.F);
-      for (i = 0; i < D; i++) x[i] += ff[i];
+      this.feedForward(blk, x, linear(blk.Wo, blk.bo, concat, D, D));
     }
     var logits = wantLogits
       ? linear(this.Wout, this.bout, layerNorm(x, this.normw, this.normb, this.eps), this.V, D)
       : null;
     return {rows: rows, logits: logits};
+  };
+
+  /* The rest of a block, in place on x: x += attended; x += W_2 relu(W_1 LN2(x) + b_1) + b_2. */
+  Model.prototype.feedForward = function (blk, x, attended) {
+    var D = this.D, i;
+    for (i = 0; i < D; i++) x[i] += attended[i];
+    var hidden = linear(blk.W1, blk.b1, layerNorm(x, blk.ln2w, blk.ln2b, this.eps), this.F, D);
+    for (i = 0; i < this.F; i++) if (hidden[i] < 0) hidden[i] = 0;
+    var ff = linear(blk.W2, blk.b2, hidden, D, this.F);
+    for (i = 0; i < D; i++) x[i] += ff[i];
   };
 
   function argmax(values) {  // the first index of the largest value, as torch.argmax
@@ -218,7 +298,7 @@
     while (previous && keep < ids.length && keep < previous.ids.length && ids[keep] === previous.ids[keep]) keep++;
     if (previous && keep === ids.length && keep === previous.ids.length) return previous;  // the same ids: the same reading
     var cache = keep ? previous.cache : this.newCache();
-    cache.forEach(function (c) { c.keys.length = keep; c.values.length = keep; });
+    trim(cache, keep);
     var weights = [], logits = keep ? previous.logits.slice(0, keep) : [];
     for (n = 0; n < this.N; n++) {
       weights.push([]);
@@ -236,7 +316,7 @@
       if (next === stop || t === maxNew - 1) break;
       last = this.step(next, cache, true).logits;
     }
-    cache.forEach(function (c) { c.keys.length = ids.length; c.values.length = ids.length; });
+    trim(cache, ids.length);
     return {ids: ids.slice(), weights: weights, logits: logits, continuation: continuation, cache: cache};
   };
 
@@ -495,12 +575,15 @@
                               : text + " " + replacement;
   }
 
-  function mount(root) {
-    if (root.mhaLM) return root.mhaLM;
-    var source = document.getElementById(root.getAttribute("data-model"));
-    var settings = JSON.parse(root.getAttribute("data-settings"));
-    var model = new Model(JSON.parse(source.textContent));
+  function addStyle() {
     if (!document.getElementById("mha-lm-style")) document.head.appendChild(el("style", {id: "mha-lm-style", text: CSS}));
+  }
+
+  function mount(root, exported) {  // exported: the model (default: the page's inline one)
+    if (root.mhaLM) return root.mhaLM;
+    var settings = JSON.parse(root.getAttribute("data-settings"));
+    var model = new Model(exported || JSON.parse(document.getElementById(root.getAttribute("data-model")).textContent));
+    addStyle();
     var input = root.querySelector("#lm-input"), form = root.querySelector("form");
     var tokensBox = root.querySelector(".mha-lm-tokens"), hint = root.querySelector(".mha-lm-hint");
     var said = root.querySelector(".mha-lm-continuation"), gd = root.querySelector(".mha-lm-figure");
@@ -515,9 +598,9 @@
       .map(function (t) { return model.names[t] ? t.charAt(0).toUpperCase() + t.slice(1) : t; })
       .sort(function (a, b) { return a.toLowerCase() < b.toLowerCase() ? -1 : 1; }).join(" · ");
 
-    function layer() {
+    function layer() {  // the layer chosen (a softmax layer: the others have no weights)
       var checked = root.querySelector("input[name=lm-layer]:checked");
-      return checked ? Number(checked.value) : 0;
+      return checked ? Number(checked.value) : model.softmaxLayers[0];
     }
     function narrow() { return window.mhaIsNarrow ? window.mhaIsNarrow(gd) : (gd.parentElement || gd).clientWidth < 560; }
 
@@ -580,7 +663,8 @@
     }
 
     function describe(state, n) {
-      return "Attention weights of layer " + n + " of the story model for the text \u201c" +
+      return "Attention weights of layer " + n + " of the " + (model.softmaxLayers.length < model.N ? "hybrid " : "") +
+        "story model for the text \u201c" +
         state.tokens.join(" ") + "\u201d: one heatmap per head, keys left to right, queries top " +
         "to bottom, colour from 0 (dark purple) to 1 (yellow); grey cells are later keys a query cannot see.";
     }
@@ -704,16 +788,98 @@
       if (!drawn || !state.tokens.length) return {layer: n, heads: []};
       return {layer: n, heads: state.weights[n].map(function (_, h) { return rows(state, n, h); })};
     };
-    update();
+    api.ready = update().then(function () { return api; });
     return api;
+  }
+
+  // --- a model in a file of its own (data-model-src), loaded when the reader reaches it ---------
+  var LOAD_MARGIN = "1200px 0px";  // load this far ahead of the viewport: drawn by the time it shows
+
+  function statusLine(root) {  // the explorer's status line (role="status": read out politely)
+    var line = root.querySelector(".mha-lm-status");
+    if (!line) {
+      var live = root.querySelector(".mha-lm-live");
+      line = el("p", {"class": "mha-lm-status", role: "status"});
+      live.insertBefore(line, live.querySelector(".mha-lm-tokens"));
+    }
+    return line;
+  }
+
+  function loadModel(root) {  // a promise of the explorer's api, its model loaded and drawn
+    if (root.mhaLM) return root.mhaLM.ready;
+    if (root.mhaLMLoading) return root.mhaLMLoading;
+    var key = root.getAttribute("data-model-key"), src = root.getAttribute("data-model-src");
+    var bytes = Number(root.getAttribute("data-model-bytes")), line = statusLine(root);
+    line.textContent = "Loading the story model" + (bytes ? " (" + Math.round(bytes / 1000) + " kB)" : "") + "\u2026";
+    root.setAttribute("data-model-state", "loading");
+    var models = window.mhaLMModels = window.mhaLMModels || {};
+    root.mhaLMLoading = new Promise(function (resolve, reject) {
+      if (models[key]) { resolve(models[key]); return; }
+      var script = document.createElement("script");
+      script.src = src;
+      script.onload = function () {
+        if (models[key]) resolve(models[key]);
+        else reject(new Error("mha-lm: " + src + " holds no model " + key));
+      };
+      script.onerror = function () { reject(new Error("mha-lm: could not load " + src)); };
+      document.head.appendChild(script);
+    }).then(function (exported) {
+      return mount(root, exported).ready;
+    }).then(function (api) {
+      line.textContent = "";
+      root.setAttribute("data-model-state", "loaded");
+      return api;
+    }, function (error) {
+      root.mhaLMLoading = null;  // the next focus or key press tries again
+      root.setAttribute("data-model-state", "failed");
+      line.textContent = "The model could not be loaded: reload the page to try again.";
+      throw error;
+    });
+    return root.mhaLMLoading;
+  }
+
+  function prepare(root) {  // the controls at once; the model when the reader reaches them
+    if (root.mhaLM || root.mhaLMPrepared) return;
+    root.mhaLMPrepared = true;
+    addStyle();
+    var input = root.querySelector("#lm-input"), form = root.querySelector("form");
+    root.querySelector(".mha-lm-fallback").hidden = true;
+    root.querySelector(".mha-lm-live").hidden = false;
+    root.querySelector(".mha-lm-write-on").disabled = true;  // no continuation before the model
+    statusLine(root).textContent = "The model loads when you reach this explorer, or type into it.";
+    root.setAttribute("data-model-state", "waiting");
+    function load() { loadModel(root).catch(function (error) { console.error(error); }); }
+    ["focusin", "pointerdown", "keydown", "input"].forEach(function (name) { root.addEventListener(name, load); });
+    form.addEventListener("submit", function (event) { if (!root.mhaLM) event.preventDefault(); });
+    root.querySelectorAll(".mha-lm-example").forEach(function (button) {  // read once the model is there
+      button.addEventListener("click", function () { if (!root.mhaLM) input.value = button.getAttribute("data-text"); });
+    });
+    if (!window.IntersectionObserver) { load(); return; }
+    var seen = new IntersectionObserver(function (entries) {
+      if (!entries.some(function (entry) { return entry.isIntersecting; })) return;
+      seen.disconnect();
+      load();
+    }, {rootMargin: LOAD_MARGIN});
+    seen.observe(root);
+  }
+
+  function loadAll() {  // every explorer's model, now (printing): a promise of their apis
+    return Promise.all([].map.call(document.querySelectorAll(".mha-lm[data-model]"), function (root) {
+      if (!root.hasAttribute("data-model-src")) return Promise.resolve(mount(root).ready);
+      prepare(root);
+      return loadModel(root);
+    }));
   }
 
   function mountAll() {
     if (!window.Plotly) return;
-    document.querySelectorAll(".mha-lm[data-model]").forEach(mount);
+    document.querySelectorAll(".mha-lm[data-model]").forEach(function (root) {
+      if (root.hasAttribute("data-model-src")) prepare(root);
+      else mount(root);
+    });
   }
 
-  window.mhaLM = {Model: Model, mount: mount, readText: readText};
+  window.mhaLM = {Model: Model, mount: mount, readText: readText, loadAll: loadAll};
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", mountAll);
   else mountAll();
 })();

@@ -32,6 +32,8 @@ forms: the short convolutions and the output norm and gate of the released model
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -41,7 +43,7 @@ from mha_lib.heads import merge_heads, split_heads
 from mha_lib.masks import causal
 
 __all__ = ["DeltaNet", "GatedDeltaNet", "LinearAttention", "StateCache", "delta_chunked", "delta_recurrent",
-           "linear_parallel", "linear_recurrent", "state_bytes"]
+           "linear_parallel", "linear_recurrent", "nan_weights_without_softmax", "state_bytes"]
 
 
 # --- linear attention: the running sums of K^T V --------------------------------------------------
@@ -286,3 +288,38 @@ def state_bytes(model: nn.Module, length: int, *, batch_size: int = 1, dtype: to
         else:
             kv += 2 * B * kv_heads * d * length * size
     return {"state": state, "kv_cache": kv, "total": state + kv, "all_softmax": full}
+
+
+@contextlib.contextmanager
+def nan_weights_without_softmax(model: nn.Module):
+    """While inside, every layer of ``model.blocks`` with a fixed state in place of attention (a
+    hybrid's Gated DeltaNet layers) answers ``need_weights=True`` with NaN weights (B, H, L, L):
+    it puts weight on no key, so a model's ``need_weights=True`` gives the softmax layers'
+    weights and NaN for the others (:func:`mha_lib.lm_heads.find_heads` then finds no head
+    there, :func:`mha_lib.lm_sinks.sink_mass` measures the softmax layers). Other layers are
+    left as they are; the hooks go when the block ends."""
+    asked: set[int] = set()
+
+    def before(layer, args, kwargs):
+        if kwargs.get("need_weights"):
+            asked.add(id(layer))
+            return args, {**kwargs, "need_weights": False}  # the layer computes its output alone
+        return None
+
+    def after(layer, args, output):
+        if id(layer) not in asked:
+            return None
+        asked.discard(id(layer))
+        B, L = args[0].shape[:2]  # the queries (B, L, D)
+        return output, output.new_full((B, layer.num_heads, L, L), float("nan"))
+
+    handles = []
+    for block in getattr(model, "blocks", ()):
+        if isinstance(block.attention, _StateLayer):
+            handles += [block.attention.register_forward_pre_hook(before, with_kwargs=True),
+                        block.attention.register_forward_hook(after)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

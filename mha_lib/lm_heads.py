@@ -23,7 +23,6 @@ Shape legend
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
 from typing import NamedTuple, Sequence
@@ -34,7 +33,7 @@ from torch import Tensor, nn
 from mha_lib._checks import check_positive_int, check_tensor
 from mha_lib._modes import eval_mode
 from mha_lib.importance import head_gates
-from mha_lib.linear import DeltaNet, LinearAttention
+from mha_lib.linear import nan_weights_without_softmax
 from mha_lib.lm import check_model, encode_stories, next_token_losses
 from mha_lib.stories import RELATIONS, Story, Tokenizer, check_stories, link_mask
 from mha_lib.training import model_device, to_device
@@ -99,42 +98,9 @@ def link_weights(weights: Tensor, stories: Sequence[Story], relation: str) -> Te
 def _weights(model: nn.Module, stories: Sequence[Story]) -> Tensor:
     """(B, N, H, L, L); NaN in the layers that have no attention weights (a fixed state)."""
     ids, lens = to_device(encode_stories(Tokenizer(), stories), model_device(check_model(model, interface=True)))
-    with eval_mode(model), _nan_weights_where_no_softmax(model):
+    with eval_mode(model), nan_weights_without_softmax(model):
         _, weights = model(ids, lens, need_weights=True)  # (B, N, H, L, L)
     return weights
-
-
-@contextlib.contextmanager
-def _nan_weights_where_no_softmax(model: nn.Module):
-    """While inside, a layer with a fixed state in place of attention (:mod:`mha_lib.linear`: a
-    hybrid's Gated DeltaNet layers) answers ``need_weights=True`` with NaN weights (B, H, L, L):
-    it puts weight on no key, so :func:`find_heads` finds no head there and :func:`ablate`
-    gates the softmax layers' heads only. Other layers are left as they are."""
-    asked: set[int] = set()
-
-    def before(layer, args, kwargs):
-        if kwargs.get("need_weights"):
-            asked.add(id(layer))
-            return args, {**kwargs, "need_weights": False}  # the layer computes its output alone
-        return None
-
-    def after(layer, args, output):
-        if id(layer) not in asked:
-            return None
-        asked.discard(id(layer))
-        B, L = args[0].shape[:2]  # the queries (B, L, D)
-        return output, output.new_full((B, layer.num_heads, L, L), float("nan"))
-
-    handles = []
-    for block in getattr(model, "blocks", ()):
-        if isinstance(block.attention, (LinearAttention, DeltaNet)):
-            handles += [block.attention.register_forward_pre_hook(before, with_kwargs=True),
-                        block.attention.register_forward_hook(after)]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def find_heads(model: nn.Module, stories: Sequence[Story]) -> dict[str, _HeadFinding]:

@@ -27,6 +27,7 @@ from torch import Tensor
 from mha_lib._checks import check_positive_int, check_size
 from mha_lib._modes import eval_mode
 from mha_lib.decoding import KVCache
+from mha_lib.linear import nan_weights_without_softmax
 from mha_lib.lm import StoryLM, check_model, encode_stories
 from mha_lib.stories import Story, Tokenizer, check_stories
 from mha_lib.training import model_device, to_device
@@ -41,7 +42,9 @@ def sink_mass(model: StoryLM, stories: Sequence[Story], *, skip: int = 4) -> dic
     """The mean weight each head puts on the first token and on punctuation.
 
     Averaged over the real queries at positions ``skip`` and later (the first queries see only
-    a few keys, where every head weighs the first one heavily), over every story.
+    a few keys, where every head weighs the first one heavily), over every story. Of a hybrid
+    (:mod:`mha_lib.linear`'s layers below softmax), the softmax layers' heads: the layers with a
+    fixed state have no weights, their rows are NaN.
 
     Returns:
         ``{"first": (N, H), "punctuation": (N, H), "first_even": scalar, "punctuation_even": scalar}``:
@@ -53,8 +56,8 @@ def sink_mass(model: StoryLM, stories: Sequence[Story], *, skip: int = 4) -> dic
     skip = check_size(skip, "skip")
     tokenizer = Tokenizer()
     ids, lens = to_device(encode_stories(tokenizer, stories), model_device(model))  # (B, L), (B,)
-    with eval_mode(model), torch.no_grad():
-        _, weights = model(ids, lens, need_weights=True)  # (B, N, H, L, L)
+    with eval_mode(model), torch.no_grad(), nan_weights_without_softmax(model):
+        _, weights = model(ids, lens, need_weights=True)  # (B, N, H, L, L), NaN in layers with a state
     L = ids.shape[1]
     positions = torch.arange(L, device=ids.device)
     queries = (positions[None] < lens[:, None]) & (positions[None] >= skip)  # (B, L)

@@ -125,6 +125,7 @@ def _time_static_explorer(site_dir: Path, repeats: int = 30,
         if chapter12.exists():
             cdp.send("Emulation.setCPUThrottlingRate", {"rate": 1})
             page.goto(chapter12.as_uri(), wait_until="load")
+            page.locator(".mha-lm").scroll_into_view_if_needed()  # its model loads when reached
             page.wait_for_function("() => document.querySelector('.mha-lm')?.mhaLM?.rendered > 0")
             cdp.send("Emulation.setCPUThrottlingRate", {"rate": slowdown})
             for words in (12, 200):

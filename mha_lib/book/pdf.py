@@ -44,7 +44,7 @@ _PRINT_CSS = """
     font-size: 8.5pt; }
   .bd-article .cell_output, .bd-article .output { overflow: visible !important; }
   .mha-figure, .js-plotly-plot, .cell_output img { break-inside: avoid; }
-  .mha-explorer-controls, .mha-lm form, .mha-lm-hint, .mha-lm details, .mha-lm fieldset,
+  .mha-explorer-controls, .mha-lm form, .mha-lm-hint, .mha-lm-status, .mha-lm details, .mha-lm fieldset,
   .mha-lm button, #pst-skip-link, .prev-next-area, .header-article, .bd-footer-article,
   .bd-footer-content, .dropdown-download-buttons { display: none !important; }
   .mha-print-note { font-style: italic; border-left: 3px solid #3b528b; padding-left: 0.5rem; }
@@ -67,11 +67,13 @@ _NOTE_JS = """
 }
 """
 
-# Everything a reader's browser draws, drawn: fonts, figures, maths, the story model.
+# Everything a reader's browser draws, drawn: fonts, figures, maths, the story model (its
+# model, which the page loads when the reader reaches the explorer, loaded now: mha-lm.js).
 _READY_JS = """
 async () => {
   await document.fonts.ready;
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+  if (window.mhaLM && window.mhaLM.loadAll) await window.mhaLM.loadAll();
   const figures = [...document.querySelectorAll(".plotly-graph-div")];
   const drawn = () => figures.every((gd) => gd.querySelector(".main-svg") || gd.offsetParent === null);
   for (let i = 0; i < 200 && !drawn(); i++) await new Promise((r) => setTimeout(r, 50));

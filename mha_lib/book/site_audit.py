@@ -116,6 +116,7 @@ _EXPLORERS = {
     "chapters/08_induction_heads.html": [("layer slider", "#mha-given-explorer-controls input"),
                                          ("circuit slider", "#mha-induction-circuit-controls input")],
     "chapters/12_language_model.html": [("text box", "#lm-input")],
+    "chapters/12d_linear_attention.html": [("text box", "#lm-input")],
 }
 
 

@@ -8,6 +8,11 @@
   ``mha_lib.book.plotly_mime``); on the page of the language-model explorer
   (``mha_lib.viz.text_explorer``) only, its script ``mha-lm.js`` after them; on the page of
   the kernel-free mask lab (``mha_lib.viz.mask_lab_site``) only, ``mha-masklab.js``;
+* moves each language-model explorer's model (0.6-0.75 MB of JSON that
+  ``text_explorer_html`` puts in the page) into a file of its own,
+  ``_static/mha-lm-models/<key>.js`` (:func:`split_models`), which ``mha-lm.js`` loads with a
+  ``<script src>`` (it works from ``file://``) only when the reader reaches the explorer or
+  types into it: a first visit transfers the page without the model;
 * adds the site's stylesheet ``mha-site.css`` (no sideways scrolling on a phone, link
   contrast, the kernel-free explorer's controls, the search field kept on screen) and
   ``mha-site.js`` (scrollable regions reachable with the keyboard);
@@ -45,6 +50,8 @@ kept only on pages that use its components (``sd-`` classes).
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -69,6 +76,9 @@ LM_JS = "mha-lm.js"
 MASKLAB_JS = "mha-masklab.js"
 _MASKLAB_MARKER = 'class="mha-explorer mha-masklab"'  # the box of mha_lib.viz.mask_lab_site
 _LM_MARKER = 'id="lm-input"'  # the text box of mha_lib.viz.text_explorer.text_explorer_html
+LM_MODELS = "mha-lm-models"  # _static/mha-lm-models/<key>.js: the explorers' models (split_models)
+# A model as text_explorer_html writes it: the JSON in a script named by its root's data-model
+_INLINE_MODEL = re.compile(r'<script type="application/json" id="(?P<id>[^"]+)">(?P<json>.*?)</script>', re.S)
 # The theme's Font Awesome script tag (pydata-sphinx-theme 0.15: vendor/fontawesome/<v>/js/all.min.js)
 _FONTAWESOME_JS = re.compile(r'\s*<script src="[^"]*fontawesome/[^"]*/js/all\.min\.js[^"]*"></script>')
 # Preloads of the brands and regular web fonts, which no page uses (the theme's icons are solid)
@@ -437,6 +447,49 @@ def _write_search_texts(app, outdir: Path) -> None:
     (target / "counts.js").write_text(f"window.mhaSearchCounts = {counts};\n", encoding="utf-8")
 
 
+def split_models(html: str, static: str) -> tuple[str, dict[str, str]]:
+    """Move the language-model explorers' inline models out of a page.
+
+    Each ``<script type="application/json" id=ID>`` that an explorer's root names in
+    ``data-model="ID"`` (:func:`mha_lib.viz.text_explorer.text_explorer_html`) leaves the page;
+    its JSON becomes the script ``mha-lm-models/<key>.js`` (``key``: the first 16 hex digits of
+    its sha256), which sets ``window.mhaLMModels[key]``, and the root gets ``data-model-key``,
+    ``data-model-src`` (``static`` + that name) and ``data-model-bytes`` (the file's size), from
+    which ``_static/mha-lm.js`` loads it when the reader reaches the explorer.
+
+    Args:
+        html: the page.
+        static: the address of ``_static/`` from the page, ending in "/" (``"../_static/"``).
+
+    Returns:
+        ``(page, {"mha-lm-models/<key>.js": the file's text})``; the page unchanged and ``{}``
+        when it holds no explorer's model.
+    """
+    files: dict[str, str] = {}
+    for match in list(_INLINE_MODEL.finditer(html)):
+        root = f'data-model="{match["id"]}"'
+        if root not in html:
+            continue
+        key = hashlib.sha256(match["json"].encode()).hexdigest()[:16]
+        name = f"{LM_MODELS}/{key}.js"
+        files[name] = f"(window.mhaLMModels = window.mhaLMModels || {{}})[\"{key}\"] = {match['json']};\n"
+        size = len(files[name].encode())
+        html = html.replace(match[0], "", 1).replace(
+            root, f'{root} data-model-key="{key}" data-model-src="{static}{name}" data-model-bytes="{size}"', 1)
+    return html, files
+
+
+def _split_page_models(page: Path, outdir: Path, html: str) -> str:
+    """:func:`split_models` on a built page, its model files written under ``outdir/_static``."""
+    static = os.path.relpath(outdir / "_static", page.parent).replace(os.sep, "/") + "/"
+    html, files = split_models(html, static)
+    for name, text in files.items():
+        target = outdir / "_static" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return html
+
+
 def _lighten_pages(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
@@ -445,7 +498,7 @@ def _lighten_pages(app, exception) -> None:
     for page in outdir.rglob("*.html"):
         html = page.read_text(encoding="utf-8")
         lighter = fix_citation_roles(strip_plain_code_spans(strip_code_styles(strip_fontawesome_js(html))))
-        lighter = share_templates(lighter)
+        lighter = share_templates(_split_page_models(page, outdir, lighter))
         if lighter != html:
             page.write_text(lighter, encoding="utf-8")
     subset_fontawesome(outdir)

@@ -2,9 +2,10 @@
 
 * :func:`explore_text`: live in Jupyter (ipywidgets and a plotly ``FigureWidget``; needs a
   kernel). Every change of its text box runs :class:`mha_lib.lm.StoryLM` again.
-* :func:`text_explorer_html`: the same on the website, without a kernel. The page holds the
+* :func:`text_explorer_html`: the same on the website, without a kernel. The fragment holds the
   model as :func:`mha_lib.lm.export` writes it, and ``_static/mha-lm.js`` runs its forward
-  pass in the browser (the book's Sphinx extension loads that script on the page).
+  pass in the browser (the book's Sphinx extension loads that script on the page, and moves the
+  model into a file of its own that the page loads when the reader reaches the explorer).
 
 Both read a text the same way (:func:`_read`): its first ``_MAX_TOKENS`` tokens, every
 layer's and head's attention weights (``StoryLM(..., need_weights=True)``), and the model's
@@ -15,6 +16,11 @@ grey where a query cannot look (later keys). Its data holds every layer: N*H hea
 trace ``n*H + h`` for head ``h`` of layer ``n`` with ``meta={"layer": n, "head": h}``, those of
 the other layers hidden. Words the tokenizer does not know (read as ``<unk>``) are marked,
 with known words to try instead.
+
+A hybrid (:func:`mha_lib.why.linear_runs.load_hybrid`: a :class:`~mha_lib.linear.GatedDeltaNet`
+in place of attention in some blocks) reads the same way; its layers with a state have no
+attention weights (NaN in ``weights``, :func:`mha_lib.linear.nan_weights_without_softmax`), so
+both explorers offer its softmax layers only, and say so.
 
 Shape legend
     N   number of layers
@@ -37,6 +43,7 @@ import torch
 
 from mha_lib import lm
 from mha_lib._modes import eval_mode
+from mha_lib.linear import GatedDeltaNet, nan_weights_without_softmax
 from mha_lib.stories import Tokenizer
 from mha_lib.viz.heatmaps import MASKED_COLOR, colour_stops
 
@@ -117,11 +124,41 @@ def _check_text(text: object) -> str:
     return text
 
 
+def _kinds(model: lm.StoryLM) -> list[str]:
+    """Each layer's attention, lowest first: "softmax" or "gated_deltanet" (what the page runs)."""
+    kinds = []
+    for n, block in enumerate(model.blocks):
+        if isinstance(block.attention, GatedDeltaNet):
+            kinds.append("gated_deltanet")
+        elif hasattr(block.attention, "num_kv_heads"):
+            kinds.append("softmax")
+        else:
+            raise ValueError(f"model must have softmax or Gated DeltaNet layers (what the explorers run), got "
+                             f"{type(block.attention).__name__} in layer {n}")
+    return kinds
+
+
 def _check_layer(layer: object, model: lm.StoryLM) -> int:
-    N = model.config.num_layers
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < N:
-        raise ValueError(f"layer must be an integer in [0, {N}) (the model's layers), got {layer!r}")
+    """``layer`` if it is one of the model's softmax layers (None: the first of them)."""
+    softmax = [n for n, kind in enumerate(_kinds(model)) if kind == "softmax"]
+    if layer is None and softmax:
+        return softmax[0]
+    if isinstance(layer, bool) or not isinstance(layer, int) or layer not in softmax:
+        raise ValueError(f"layer must be one of the model's softmax layers {softmax} (the others have no "
+                         f"attention weights), got {layer!r}")
     return layer
+
+
+def _no_weights_note(model: lm.StoryLM) -> str:
+    """What the explorers say of a hybrid's layers with a state ("" for a softmax model)."""
+    state = [n for n, kind in enumerate(_kinds(model)) if kind != "softmax"]
+    if not state:
+        return ""
+    which = ", ".join(str(n) for n in state)
+    return (f"Layer{'s' * (len(state) > 1)} {which} {'are' if len(state) > 1 else 'is a'} Gated DeltaNet "
+            f"layer{'s' * (len(state) > 1)}: a state of d x d numbers per head in place of attention, with "
+            "no attention weights to draw. The heads shown are the softmax layer's, reading what the "
+            "state wrote below them.")
 
 
 def _edit_distance(a: str, b: str) -> int:
@@ -171,10 +208,11 @@ def _read(model: lm.StoryLM, tokenizer: Tokenizer, text: str) -> _Reading:
     N, H = model.config.num_layers, model.config.num_heads
     if not ids:
         return _Reading([], [], False, np.zeros((N, H, 0, 0)), [], "", [])
-    with eval_mode(model):
+    with eval_mode(model), nan_weights_without_softmax(model):
         device = next(model.parameters()).device
         logits, weights = model(torch.tensor([ids], device=device), need_weights=True)  # (1, L, V), (1, N, H, L, L)
-    new = model.generate([ids], _CONTINUATION_TOKENS)[0]
+    # (generate's KV cache has no room for a state: a hybrid decodes without it, to the same tokens)
+    new = model.generate([ids], _CONTINUATION_TOKENS, use_cache=set(_kinds(model)) == {"softmax"})[0]
     stop = tokenizer.vocab.index(_STOP)
     if stop in new:
         new = new[: new.index(stop) + 1]
@@ -319,8 +357,8 @@ class _TextExplorer(widgets.VBox):
         N = model.config.num_layers
         self.text = widgets.Text(value=text, description="text", continuous_update=True,
                                  placeholder="Type a sentence", layout=widgets.Layout(width="100%"))
-        self.layer = widgets.ToggleButtons(options=[(f"layer {n}", n) for n in range(N)], value=layer,
-                                           description="layer")
+        self.layer = widgets.ToggleButtons(options=[(f"layer {n}", n) for n, kind in enumerate(_kinds(model))
+                                                    if kind == "softmax"], value=layer, description="layer")
         self.examples = tuple(widgets.Button(description=label, tooltip=example)
                               for label, example in _EXAMPLES)
         for button, (_, example) in zip(self.examples, _EXAMPLES):
@@ -332,8 +370,10 @@ class _TextExplorer(widgets.VBox):
         self._describe()
         self.text.observe(lambda _: self.update(), names="value")
         self.layer.observe(lambda _: self._redraw(), names="value")
+        note = _no_weights_note(model)
         super().__init__([self.text, widgets.HBox([widgets.Label("examples"), *self.examples]),
-                          self.tokens, self.continuation, self.layer, self.figure])
+                          self.tokens, self.continuation, self.layer,
+                          *([widgets.HTML(f"<p>{html.escape(note)}</p>")] if note else []), self.figure])
 
     def _describe(self) -> None:
         self.tokens.value = _tokens_html(self.reading)
@@ -355,7 +395,7 @@ class _TextExplorer(widgets.VBox):
 
 
 def explore_text(model: lm.StoryLM | None = None, tokenizer: Tokenizer | None = None,
-                 text: str = _DEFAULT_TEXT, *, layer: int = 0) -> _TextExplorer:
+                 text: str = _DEFAULT_TEXT, *, layer: int | None = None) -> _TextExplorer:
     """Type a sentence and watch every head of the story language model read it (live, Jupyter).
 
     A text box (``.text``), example buttons, the tokens the model reads (words it does not
@@ -369,7 +409,7 @@ def explore_text(model: lm.StoryLM | None = None, tokenizer: Tokenizer | None = 
             (:func:`mha_lib.lm.load_pretrained`).
         tokenizer: the model's :class:`mha_lib.stories.Tokenizer`.
         text: the text in the box at the start.
-        layer: the layer whose heads are shown at the start.
+        layer: the layer whose heads are shown at the start (a softmax layer; None: the first).
 
     Returns:
         The explorer (display it as the last expression of a cell); set ``.text.value`` to
@@ -387,15 +427,18 @@ def explore_text(model: lm.StoryLM | None = None, tokenizer: Tokenizer | None = 
 # --- the website's explorer -----------------------------------------------------------------------
 
 def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | None = None,
-                       text: str = _DEFAULT_TEXT, *, layer: int = 0) -> str:
+                       text: str = _DEFAULT_TEXT, *, layer: int | None = None) -> str:
     """HTML of the kernel-free explorer for the website: the model runs in the page.
 
     The fragment holds the controls (a form with ``<input id="lm-input">`` and the layer
     choice, which stays on screen while the reader scrolls through the figure; example
     buttons), an empty figure div, and the model as :func:`mha_lib.lm.export` writes it, in a
-    ``<script type="application/json">`` (nothing is fetched, so the page also works from
-    ``file://``). ``_static/mha-lm.js`` (loaded by :mod:`mha_lib.book.sphinx_ext` on the page,
-    after plotly.js) runs the forward pass and draws the figure as :func:`explore_text` does.
+    ``<script type="application/json">``. ``_static/mha-lm.js`` (loaded by
+    :mod:`mha_lib.book.sphinx_ext` on the page, after plotly.js) runs the forward pass and draws
+    the figure as :func:`explore_text` does. On the website the build moves the model into
+    ``_static/mha-lm-models/<key>.js`` (:func:`mha_lib.book.sphinx_ext.split_models`), which the
+    page loads with a ``<script src>`` (nothing is fetched: it works from ``file://`` too) when
+    the reader reaches the explorer or types into it.
     Without that script (in Jupyter) only a note pointing to :func:`explore_text` shows. Show
     it with ``IPython.display.HTML(...)``.
 
@@ -407,7 +450,9 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
     """
     model, tokenizer = _check_pair(model, tokenizer)
     text, layer = _check_text(text), _check_layer(layer, model)
-    exported = json.dumps(lm.export(model, tokenizer), separators=(",", ":")).replace("</", "<\\/")
+    exported = lm.export(model, tokenizer)
+    exported["config"]["layers"] = _kinds(model)  # the page's forward pass runs each layer's kind
+    exported = json.dumps(exported, separators=(",", ":")).replace("</", "<\\/")
     settings = json.dumps({"max_tokens": _MAX_TOKENS, "continuation_tokens": _CONTINUATION_TOKENS,
                            "stop": _STOP, "colorscale": colour_stops()}, separators=(",", ":"))
     examples = "".join(
@@ -415,7 +460,8 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
         f"{html.escape(label)}</button>" for label, example in _EXAMPLES)
     layers = "".join(
         f'<label><input type="radio" name="lm-layer" value="{n}"{" checked" if n == layer else ""}> '
-        f"layer {n}</label>" for n in range(model.config.num_layers))
+        f"layer {n}</label>" for n, kind in enumerate(_kinds(model)) if kind == "softmax")
+    note = _no_weights_note(model)
     return (
         f'<div class="mha-lm" id="{_ROOT_ID}" data-model="{_MODEL_ID}" '
         f'data-settings="{html.escape(settings, quote=True)}">'
@@ -429,6 +475,7 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
         'autocomplete="off" autocapitalize="off" spellcheck="false" aria-describedby="lm-tokens lm-hint">'
         '<button type="button" class="mha-lm-write-on">Write on</button></div>'
         f'<fieldset class="mha-lm-layers"><legend>Show the heads of</legend>{layers}</fieldset></form>'
+        + (f'<p class="mha-lm-note">{html.escape(note)}</p>' if note else "") +
         '<p id="lm-tokens" class="mha-lm-tokens"></p>'
         '<div id="lm-hint" class="mha-lm-hint" aria-live="polite"></div>'
         '<p class="mha-lm-continuation" aria-live="polite"></p>'

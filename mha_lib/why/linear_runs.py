@@ -14,10 +14,17 @@ needs while decoding (the KV cache of the softmax layers, the fixed states of th
 Every variant starts from the plain model's weights where they share them (``W_q``, ``W_k``,
 ``W_v``, ``W_o``, the rest of the model); the new layers' own parameters (``W_beta``,
 ``W_alpha``) come from a generator of their own, and every variant reads the same batches.
+
+* :func:`load_hybrid`: the hybrid 1:1 of one seed (:data:`_HYBRID_SEED`, the seed of the eight
+  whose hybrid reads possession best), shipped in ``data/lm_hybrid.pt`` for chapter 12d's
+  explorer; :func:`_train_hybrid` retrains it (``python -c "from mha_lib.why.linear_runs import
+  _train_hybrid; _train_hybrid('mha_lib/data/lm_hybrid.pt')"``, the run of the experiment).
 """
 
 from __future__ import annotations
 
+from importlib import resources
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -26,10 +33,11 @@ from mha_lib._modes import eval_mode
 from mha_lib.linear import DeltaNet, GatedDeltaNet, LinearAttention, state_bytes
 from mha_lib.lm import Config, StoryLM, encode_stories, evaluate, held_out_stories
 from mha_lib.stories import RELATIONS, Story, Tokenizer
+from mha_lib.training import TrainResult, load_model, save_result
 from mha_lib.why._common import Outcome, parameter_count, summarise_curve
 from mha_lib.why.modern_runs import learned_at, link_curves, story_config, story_run
 
-__all__ = ["LINEAR_DEEP_VARIANTS", "LINEAR_VARIANTS", "linear_deep_trial", "linear_trial"]
+__all__ = ["HYBRID_PATH", "LINEAR_DEEP_VARIANTS", "LINEAR_VARIANTS", "linear_deep_trial", "linear_trial", "load_hybrid"]
 
 _LAYERS = {"linear": LinearAttention, "DeltaNet": DeltaNet, "Gated DeltaNet": GatedDeltaNet}
 
@@ -55,6 +63,11 @@ held-out stories are 34 to 79 tokens long; recall links span 16 to 52 tokens, po
 49, antecedents 3 to 7). A bin is reported for a relation when at least 20 links fall in it."""
 _MIN_LINKS = 20
 _EVAL_STORIES = 256
+_HYBRID = "hybrid 1:1 (GDN, softmax)"
+_HYBRID_SEED, _HYBRID_STEPS = 6, 1500
+_HYBRID_KIND = "lm_hybrid"
+HYBRID_PATH = Path(str(resources.files("mha_lib") / "data" / "lm_hybrid.pt"))
+"""The shipped hybrid (Gated DeltaNet below softmax), a run of the ``linear`` experiment."""
 
 
 def linear_trial(seed: int, steps: int) -> dict[str, Outcome]:
@@ -126,3 +139,34 @@ def _accuracy_by_distance(model: StoryLM, stories: Sequence[Story]) -> dict[str,
                 count[0] += int(predicted[b, i - 1] == ids[b, i])
                 count[1] += 1
     return out
+
+
+# --- the hybrid shipped for chapter 12d's explorer ----------------------------------------------
+
+def _train_hybrid(path: str | Path | None = None, *, overwrite: bool = False) -> TrainResult:
+    """Train the hybrid of :data:`_HYBRID_SEED` as the experiment does (:func:`story_run`); save
+    it at ``path`` (a checkpoint of kind ``"lm_hybrid"``) when given."""
+    config = story_config(_HYBRID_SEED, _HYBRID_STEPS)
+    layers = LINEAR_VARIANTS[_HYBRID]
+    result, _ = story_run(config, "layers: " + ", ".join(layers), _with_layers(config, layers))
+    if path is not None:
+        save_result(result, path, kind=_HYBRID_KIND, model_class=StoryLM, overwrite=overwrite)
+    return result
+
+
+def load_hybrid(path: str | Path | None = None) -> tuple[StoryLM, Tokenizer]:
+    """The shipped hybrid (or the checkpoint of :func:`_train_hybrid` at ``path``) in eval mode,
+    and its tokenizer (the stories'): a :class:`~mha_lib.lm.StoryLM` whose block 0 attends
+    through a :class:`~mha_lib.linear.GatedDeltaNet`, block 1 through softmax. Offline.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file is not a checkpoint of the hybrid.
+    """
+    def hybrid(config: Config) -> StoryLM:
+        model = StoryLM(config)
+        _with_layers(config, LINEAR_VARIANTS[_HYBRID])(model)
+        return model
+
+    path = HYBRID_PATH if path is None else path
+    return load_model(path, kind=_HYBRID_KIND, config_class=Config, model_class=hybrid), Tokenizer()

@@ -144,6 +144,29 @@ def test_a_page_writes_each_plotly_template_once():
     assert '"a <\\/b> name"' in shared  # still escaped inside the script
 
 
+def test_an_explorers_model_leaves_the_page_for_a_file_of_its_own(tmp_path):
+    model = {"format": "mha_lib.lm/1", "weights": {"w": "AAAA"}, "note": "a <\\/script> inside"}
+    text = json.dumps(model, separators=(",", ":"))
+    page = ('<main><div class="mha-lm" id="mha-lm" data-model="mha-lm-model" data-settings="{}">'
+            f'<p>controls</p><script type="application/json" id="mha-lm-model">{text}</script></div>'
+            '<script type="application/json" id="other">{"kept": 1}</script></main>')
+    lighter, files = sphinx_ext.split_models(page, "../_static/")
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    name = f"{sphinx_ext.LM_MODELS}/{key}.js"
+    assert list(files) == [name]
+    assert files[name] == f'(window.mhaLMModels = window.mhaLMModels || {{}})["{key}"] = {text};\n'
+    assert json.loads(files[name].split(" = ", 2)[2].rstrip(";\n")) == model
+    assert text not in lighter and '<p>controls</p></div>' in lighter
+    assert (f'data-model="mha-lm-model" data-model-key="{key}" data-model-src="../_static/{name}" '
+            f'data-model-bytes="{len(files[name].encode())}"') in lighter
+    assert '<script type="application/json" id="other">{"kept": 1}</script>' in lighter  # not a model
+    assert sphinx_ext.split_models(lighter, "../_static/") == (lighter, {})  # split once
+    # in a build: the file under _static, its address relative to the page
+    (tmp_path / "chapters").mkdir()
+    built = sphinx_ext._split_page_models(tmp_path / "chapters" / "12.html", tmp_path, page)
+    assert built == lighter and (tmp_path / "_static" / name).read_text(encoding="utf-8") == files[name]
+
+
 def test_figure_numbers_are_written_to_six_significant_digits():
     html = figure_html({"data": [{"type": "scatter", "y": [0.123456789, 2.0, None, 1e-9 / 3]}],
                         "layout": {"title": {"text": "t"}, "xaxis": {"range": [0.1 + 0.2, 1]}}})

@@ -163,3 +163,15 @@ def serious_axe_violations(page, exclude: list[str]) -> list[str]:
         for v in results.response["violations"]
         if v["impact"] in ("critical", "serious")
     ]
+
+
+# The language-model explorer's model, loaded and drawn (chapters 12 and 12d). On the website its
+# model is a file of its own (mha_lib.book.sphinx_ext.split_models) that the page loads when the
+# reader reaches the explorer: scrolled to it, the explorer loads and draws.
+_LM_DRAWN_JS = "() => document.querySelector('.mha-lm')?.mhaLM?.rendered > 0"
+
+
+def reach_lm_explorer(page) -> None:
+    """Scroll to the page's language-model explorer and wait until it has drawn."""
+    page.locator(".mha-lm").first.scroll_into_view_if_needed()
+    page.wait_for_function(_LM_DRAWN_JS)

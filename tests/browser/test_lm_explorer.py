@@ -12,7 +12,16 @@ head's weights, read from the page's plotly traces, with PyTorch's
 them (``mha_lib.viz.text_explorer._read``, which ``tests/viz/test_text_explorer.py`` checks
 against the model itself): at 1366 x 900 and 390 x 844, keyboard only, no request leaving the
 loopback server, no console error, axe-core clean. A grouped-query model checks the key/value
-head sharing of the page's forward pass.
+head sharing of the page's forward pass; the hybrid of chapter 12d
+(:func:`mha_lib.why.linear_runs.load_hybrid`, and an untrained one) its Gated DeltaNet layer, of
+which the page shows no weights (only the softmax layer's heads, and a note saying why).
+
+On the website the model is a file of its own (:func:`mha_lib.book.sphinx_ext.split_models`)
+that the page loads when the reader reaches the explorer or types into it: ``far.html`` (the
+shipped model split out so, below a tall spacer) and the chapters' pages check that a first
+visit does not load it, that scrolling to the explorer or typing into it does (what was typed
+is read), also from ``file://``, and that each model file stays within the explorer's
+allowance (:data:`EXPLORER_BYTES`).
 """
 
 from __future__ import annotations
@@ -28,15 +37,19 @@ from conftest import SITE_DIR, VIEWPORTS, serious_axe_violations
 from mha_lib import lm
 from mha_lib.book.browser import DECODE_PICTURE_JS, _picture_problems
 from mha_lib.book.loopback import serve
-from mha_lib.book.sphinx_ext import FIGURES_JS, LM_JS, PLOTLY_JS, STATIC
+from mha_lib.book.sphinx_ext import FIGURES_JS, LM_JS, LM_MODELS, PLOTLY_JS, STATIC, split_models
+from mha_lib.linear import GatedDeltaNet
 from mha_lib.stories import GENDER as NAMES
 from mha_lib.stories import Tokenizer, sample_stories
 from mha_lib.viz import text_explorer_html
-from mha_lib.viz.text_explorer import _DEFAULT_TEXT, _EXAMPLES, _read, _Reading
+from mha_lib.viz.text_explorer import _DEFAULT_TEXT, _EXAMPLES, _MAX_TOKENS, _read, _Reading
+from mha_lib.why.linear_runs import load_hybrid
 
 CHAPTER = "chapters/12_language_model.html"
+HYBRID_CHAPTER = "chapters/12d_linear_attention.html"  # the hybrid's explorer (issue 48)
 MAX_PAGE_BYTES = 3_000_000  # a first visit, uncompressed (as tests/browser/test_site.py)
-EXPLORER_BYTES = 800_000  # what the explorer adds to its page: the model (0.72 MB) and its script
+EXPLORER_BYTES = 800_000  # what the explorer adds: its HTML, its model file (0.6-0.73 MB) and its script
+SPACER = '<div style="height: 5000px">A long page above the explorer.</div>'  # far.html: out of reach
 ATOL = 1e-4
 LONG = " ".join(s.text for s in sample_stories(3, 11))  # more tokens than the explorer reads
 SENTENCES = [
@@ -63,26 +76,52 @@ def _gqa_model() -> lm.StoryLM:
     return lm.StoryLM(lm.Config(num_kv_heads=2, num_layers=3)).eval()
 
 
+def _untrained_hybrid() -> lm.StoryLM:
+    torch.manual_seed(4)  # Gated DeltaNet below softmax, weights far from their start
+    model = lm.StoryLM(lm.Config())
+    model.blocks[0].attention = GatedDeltaNet(64, 4)
+    with torch.no_grad():
+        for weight in model.blocks[0].attention.parameters():
+            weight.normal_(0.0, 0.3)
+    return model.eval()
+
+
 @pytest.fixture(scope="module")
 def shipped():
     return lm.load_pretrained()
 
 
 @pytest.fixture(scope="module")
-def pages(tmp_path_factory, shipped) -> Path:
-    """A folder with index.html (the shipped model), gqa.html (a grouped-query model) and,
-    when the website is built, ``site`` (a link to it)."""
+def hybrid():
+    return load_hybrid()
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory, shipped, hybrid) -> Path:
+    """A folder with index.html (the shipped model), gqa.html (a grouped-query model),
+    hybrid.html and hybrid-untrained.html (chapter 12d's hybrid, an untrained one), far.html (the
+    shipped model in a file of its own, as the website's build writes it, below a tall spacer)
+    and, when the website is built, ``site`` (a link to it)."""
     folder = tmp_path_factory.mktemp("lm-page")
     static = folder / "_static"
     static.mkdir()
     shutil.copy(STATIC / PLOTLY_JS, static / "plotly.js")
     for name in (FIGURES_JS, LM_JS):
         shutil.copy(STATIC / name, static / name)
-    for name, (model, tokenizer) in {"index.html": shipped, "gqa.html": (_gqa_model(), Tokenizer())}.items():
+    for name, (model, tokenizer) in {"index.html": shipped, "gqa.html": (_gqa_model(), Tokenizer()), "hybrid.html": hybrid,
+                                     "hybrid-untrained.html": (_untrained_hybrid(), Tokenizer())}.items():
         (folder / name).write_text(_PAGE.format(
             title="The story model in a page", figures=FIGURES_JS, lm_js=LM_JS,
             fragment=text_explorer_html(model, tokenizer)), encoding="utf-8")
-    if (SITE_DIR / CHAPTER).exists():
+    far, models = split_models(_PAGE.format(
+        title="The story model, far down a page", figures=FIGURES_JS, lm_js=LM_JS,
+        fragment=SPACER + text_explorer_html(*shipped)), "_static/")
+    assert len(models) == 1
+    (folder / "far.html").write_text(far, encoding="utf-8")
+    for name, text in models.items():
+        (static / name).parent.mkdir(exist_ok=True)
+        (static / name).write_text(text, encoding="utf-8")
+    if (SITE_DIR / CHAPTER).exists() or (SITE_DIR / HYBRID_CHAPTER).exists():
         (folder / "site").symlink_to(SITE_DIR.resolve(), target_is_directory=True)
     return folder
 
@@ -129,12 +168,39 @@ async () => {
 """.replace("__DECODE__", DECODE_PICTURE_JS)
 
 
-def _open(open_context, site_url, viewport: str = "desktop", path: str = "index.html"):
+def _open(open_context, site_url, viewport: str = "desktop", path: str = "index.html", reach: bool = True):
+    """Open the page; with ``reach``, scroll to its explorer (whose model, when it is a file of
+    its own, loads then) and wait until it has drawn."""
     page = open_context(viewport)
     response = page.goto(site_url + path, wait_until="load")
     assert response is not None and response.ok
-    page.wait_for_function("() => Number(document.getElementById('mha-lm').dataset.rendered) >= 1")
+    if reach:
+        if page.evaluate("() => document.getElementById('mha-lm').hasAttribute('data-model-src')"):
+            page.locator("#mha-lm").scroll_into_view_if_needed()
+        page.wait_for_function("() => Number(document.getElementById('mha-lm').dataset.rendered) >= 1")
     return page
+
+
+def _model_requests(page) -> dict[str, int]:
+    """URL -> bytes of every model file the page loaded (split_models' files)."""
+    return {url: size for url, size in page.bytes_received.items() if f"/{LM_MODELS}/" in url}
+
+
+def _waits_for_the_reader(page) -> None:
+    """The explorer's controls are on the page, its model not loaded, and its status says so."""
+    assert page.evaluate("() => document.getElementById('mha-lm').dataset.modelState") == "waiting"
+    assert _model_requests(page) == {}
+    assert page.locator("#lm-input").is_visible()
+    status = page.locator(".mha-lm-status")
+    assert status.get_attribute("role") == "status"
+    assert "loads when you reach this explorer" in status.text_content()
+
+
+def _loaded(page) -> None:
+    """Wait until the explorer's model loaded and its heads were drawn; its status line is empty."""
+    page.wait_for_function("() => { const root = document.getElementById('mha-lm');"
+                           " return root.dataset.modelState === 'loaded' && Number(root.dataset.rendered) >= 1; }")
+    assert page.locator(".mha-lm-status").text_content() == ""
 
 
 def _rendered(page) -> int:
@@ -240,12 +306,50 @@ def test_the_page_computes_what_pytorch_computes(open_context, site_url, shipped
 @pytest.mark.browser
 def test_grouped_query_heads_share_their_keys_in_the_page(open_context, site_url):
     page = _open(open_context, site_url, path="gqa.html")
-    model, tokenizer = _gqa_model(), Tokenizer()
-    _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, _DEFAULT_TEXT))
+    _reads_as_pytorch(page, _gqa_model(), Tokenizer(), SENTENCES[1:3], "desktop", layer=0)
+    _clean(page)
+
+
+def _reads_as_pytorch(page, model: lm.StoryLM, tokenizer: Tokenizer, texts: list[str], viewport: str,
+                      layer: int = 1) -> float:
+    """Type each text (waiting for the heads drawn again) and compare the heads of ``layer``
+    (a hybrid's: its softmax layer 1) with PyTorch; the largest difference, the default text's included."""
+    worst = _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, _DEFAULT_TEXT), layer=layer)
     page.locator("#lm-input").focus()
-    for text in SENTENCES[1:3]:
+    for text in texts:
         _type(page, text)
-        _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, text))
+        worst = max(worst, _compare(page.evaluate(_READ_JS), _expected(model, tokenizer, text), layer=layer))
+        _no_sideways_scroll(page, viewport)
+    return worst
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_a_hybrid_runs_its_gated_deltanet_layer_and_shows_its_softmax_heads(open_context, site_url, hybrid,
+                                                                            screenshot_dir, viewport):
+    page = _open(open_context, site_url, viewport, path="hybrid.html")
+    assert page.locator("input[name=lm-layer]").count() == 1  # layer 1, its softmax layer
+    note = page.locator(".mha-lm-note")
+    assert note.is_visible() and "Layer 0 is a Gated DeltaNet layer" in note.text_content()
+    assert "no attention weights" in note.text_content()
+    worst = _reads_as_pytorch(page, *hybrid, SENTENCES, viewport)
+    page.screenshot(path=str(screenshot_dir / f"lm-hybrid-explorer-{viewport}.png"), full_page=True)
+    print(f"\nhybrid: max |page - PyTorch| over {len(SENTENCES) + 1} texts at {viewport}: {worst:.2e}")
+    _clean(page)
+
+
+@pytest.mark.browser
+def test_an_untrained_hybrid_in_the_page_equals_pytorch(open_context, site_url):
+    page = _open(open_context, site_url, path="hybrid-untrained.html")
+    model, tokenizer = _untrained_hybrid(), Tokenizer()
+    worst = _reads_as_pytorch(page, model, tokenizer, SENTENCES[1:], "desktop")
+    # the continuation depends on the Gated DeltaNet layer too: compare the logits of the last token
+    logits = page.evaluate("() => Array.from(document.getElementById('mha-lm').mhaLM.state.result.logits.at(-1))")
+    with torch.no_grad():
+        expected = model(torch.tensor([tokenizer.encode(SENTENCES[-1])[:_MAX_TOKENS]]))[0, -1].double().numpy()
+    worst_logit = float(np.abs(np.array(logits) - expected).max())
+    print(f"\nuntrained hybrid: max |page - PyTorch| weights {worst:.2e}, last logits {worst_logit:.2e}")
+    assert worst_logit <= 1e-3
     _clean(page)
 
 
@@ -293,9 +397,10 @@ def test_examples_suggestions_layers_and_write_on_from_the_keyboard(open_context
 
 
 @pytest.mark.browser
+@pytest.mark.parametrize("path", ["index.html", "hybrid.html"])
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
-def test_axe_finds_nothing_serious(open_context, site_url, viewport):
-    page = _open(open_context, site_url, viewport)
+def test_axe_finds_nothing_serious(open_context, site_url, viewport, path):
+    page = _open(open_context, site_url, viewport, path=path)
     page.locator("#lm-input").focus()
     _type(page, "The dragon eats a pizza because he")  # the hint and its buttons too
     page.locator("details summary").press("Enter")  # the known words, shown
@@ -304,14 +409,19 @@ def test_axe_finds_nothing_serious(open_context, site_url, viewport):
 
 
 @pytest.mark.browser
-def test_the_page_works_from_a_file_without_any_server(browser, pages, shipped):
+@pytest.mark.parametrize("path", ["index.html", "far.html"])
+def test_the_page_works_from_a_file_without_any_server(browser, pages, shipped, path):
     context = browser.new_context(viewport=VIEWPORTS["desktop"])
     try:
         page = context.new_page()
         requests, errors = [], []
         page.on("request", lambda r: r.url.startswith("file://") or requests.append(r.url))
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto((pages / "index.html").as_uri(), wait_until="load")
+        page.goto((pages / path).as_uri(), wait_until="load")
+        if path == "far.html":  # its model, a file of its own, loads when the reader gets there
+            assert page.evaluate("() => document.getElementById('mha-lm').dataset.modelState") == "waiting"
+            page.locator("#mha-lm").scroll_into_view_if_needed()
+            _loaded(page)
         page.wait_for_function("() => Number(document.getElementById('mha-lm').dataset.rendered) >= 1")
         _compare(page.evaluate(_READ_JS), _expected(*shipped, _DEFAULT_TEXT))
         assert requests == [] and errors == []
@@ -325,6 +435,35 @@ def _cold_weight(page) -> int:
 
 
 @pytest.mark.browser
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_the_model_loads_when_the_reader_scrolls_to_the_explorer(open_context, site_url, shipped, viewport):
+    page = _open(open_context, site_url, viewport, path="far.html", reach=False)
+    _cold_weight(page)
+    _waits_for_the_reader(page)
+    page.locator("#mha-lm").scroll_into_view_if_needed()
+    _loaded(page)
+    _compare(page.evaluate(_READ_JS), _expected(*shipped, _DEFAULT_TEXT))
+    assert list(_model_requests(page).values()) == [
+        int(page.evaluate("() => document.getElementById('mha-lm').dataset.modelBytes"))]
+    _clean(page)
+
+
+@pytest.mark.browser
+def test_what_the_reader_types_before_the_model_is_there_is_read(open_context, site_url, shipped):
+    page = _open(open_context, site_url, path="far.html", reach=False)
+    _cold_weight(page)
+    _waits_for_the_reader(page)
+    assert _tab_to(page, "#lm-input") == 1  # the keyboard reaches it: the model starts loading
+    page.keyboard.type(SENTENCES[1])
+    page.keyboard.press("Enter")  # before the model is there: the page stays (no form sent)
+    _loaded(page)
+    page.wait_for_function("(text) => document.getElementById('mha-lm').mhaLM.state.text === text", arg=SENTENCES[1])
+    _compare(page.evaluate(_READ_JS), _expected(*shipped, SENTENCES[1]))
+    assert page.url.endswith("far.html")
+    _clean(page)
+
+
+@pytest.mark.browser
 def test_the_standalone_page_is_light(open_context, site_url):
     page = _open(open_context, site_url)
     transferred = _cold_weight(page)
@@ -335,32 +474,41 @@ def test_the_standalone_page_is_light(open_context, site_url):
 
 
 @pytest.mark.browser
+@pytest.mark.parametrize("chapter", [CHAPTER, HYBRID_CHAPTER])
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
-def test_the_chapter_page(open_context, site_url, pages, shipped, screenshot_dir, viewport):
-    if not (pages / "site").exists():
-        pytest.skip(f"the website has no {CHAPTER}: build the book first")
-    page = _open(open_context, site_url, viewport, path="site/" + CHAPTER)
-    transferred = _cold_weight(page)
-    html = (pages / "site" / CHAPTER).read_text(encoding="utf-8")
+def test_the_chapter_page(open_context, site_url, pages, shipped, hybrid, screenshot_dir, viewport, chapter):
+    if not (SITE_DIR / chapter).exists():
+        pytest.skip(f"the website has no {chapter}: build the book first")
+    page = _open(open_context, site_url, viewport, path="site/" + chapter, reach=False)
+    transferred = _cold_weight(page)  # the page as it opens: the explorer's model is not loaded
+    _waits_for_the_reader(page)
+    assert transferred <= MAX_PAGE_BYTES
+    html = (pages / "site" / chapter).read_text(encoding="utf-8")
     start = html.index('<div class="mha-lm"')
-    fragment = len(html[start:html.index("</script>", start)].encode())
+    fragment = len(html[start:html.index('class="mha-lm-known"', start)].encode())
+    assert "application/json" not in html  # the model is a file of its own
     script = sum(size for url, size in page.bytes_received.items() if "/mha-lm.js" in url)
-    print(f"\n{CHAPTER} at {viewport}, first visit: {transferred} bytes, of which the explorer "
-          f"{fragment + script} (its HTML and model {fragment}, mha-lm.js {script})")
-    assert fragment + script <= EXPLORER_BYTES  # the page's total is tests/browser/test_site.py's
     scripts = page.evaluate("() => [...document.scripts].filter((s) => s.src && new URL(s.src).pathname.endsWith('/mha-lm.js'))"
                             ".map((s) => s.src)")
     assert len(scripts) == 1
-    page.locator("#lm-input").focus()
+    page.locator("#lm-input").focus()  # the reader reaches the explorer: its model loads
+    _loaded(page)
+    model = sum(_model_requests(page).values())
+    print(f"\n{chapter} at {viewport}, first visit: {transferred} bytes; the explorer "
+          f"{fragment + model + script} (its HTML {fragment}, model file {model}, mha-lm.js {script})")
+    assert len(_model_requests(page)) == 1 and 500_000 < model
+    assert fragment + model + script <= EXPLORER_BYTES  # the page's total is tests/browser/test_site.py's
     _type(page, SENTENCES[1])
-    _compare(page.evaluate(_READ_JS), _expected(*shipped, SENTENCES[1]), layer=None)
+    model = hybrid if chapter == HYBRID_CHAPTER else shipped  # the hybrid's page offers its softmax layer only
+    _compare(page.evaluate(_READ_JS), _expected(*model, SENTENCES[1]), layer=None)
     _no_sideways_scroll(page, viewport)
     page.locator("#mha-lm").scroll_into_view_if_needed()
-    page.screenshot(path=str(screenshot_dir / f"lm-chapter-{viewport}.png"))
+    name = Path(chapter).stem
+    page.screenshot(path=str(screenshot_dir / f"lm-{name}-{viewport}.png"))
     page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")  # the theme's switch
     page.wait_for_function(  # every themed figure redrawn dark (_static/mha-figures.js), then painted
         "() => [...document.querySelectorAll('.js-plotly-plot')]"
         ".every((gd) => !gd.mhaSource || gd.dataset.mhaTheme === 'dark')")
     page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
-    page.screenshot(path=str(screenshot_dir / f"lm-chapter-{viewport}-dark.png"))
+    page.screenshot(path=str(screenshot_dir / f"lm-{name}-{viewport}-dark.png"))
     _clean(page)

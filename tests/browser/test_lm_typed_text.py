@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import VIEWPORTS
+from conftest import VIEWPORTS, reach_lm_explorer
 from mha_lib.stories import Tokenizer
 
 CHAPTER12 = "chapters/12_language_model.html"
@@ -37,7 +37,7 @@ _SHOWN_JS = """() => {
 def _open(open_context, site_url: str, viewport: str):
     page = open_context(viewport)
     page.goto(site_url + CHAPTER12, wait_until="load")
-    page.wait_for_function("() => document.querySelector('.mha-lm')?.mhaLM?.rendered > 0")
+    reach_lm_explorer(page)
     return page
 
 

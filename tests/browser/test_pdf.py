@@ -16,7 +16,7 @@ from conftest import SITE_DIR, _missing
 from mha_lib.book.pdf import PDF_NAME, book_pages, website_url
 
 EXPLORER_PAGES = ["chapters/04_exploring_heads", "chapters/08_induction_heads",
-                  "chapters/12_language_model"]
+                  "chapters/12_language_model", "chapters/12d_linear_attention"]
 
 
 @pytest.fixture(scope="module")

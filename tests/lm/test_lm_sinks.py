@@ -29,6 +29,21 @@ def test_a_model_that_spreads_its_weight_evenly_has_exactly_the_even_masses(smal
     assert 0 < mass["first_even"] < 0.25 and 0 < mass["punctuation_even"] < 0.5
 
 
+def test_a_hybrid_has_masses_in_its_softmax_layer_only(small_model):
+    # issue 48: Gated DeltaNet below softmax; the layer with a state has no weights (NaN)
+    from mha_lib.linear import GatedDeltaNet
+    hybrid = copy.deepcopy(small_model)
+    torch.manual_seed(0)
+    hybrid.blocks[0].attention = GatedDeltaNet(hybrid.config.d_model, hybrid.config.num_heads)
+    even = _even_attention(hybrid)
+    mass = sink_mass(even, held_out_stories(12))
+    assert mass["first"][0].isnan().all() and mass["punctuation"][0].isnan().all()
+    torch.testing.assert_close(mass["first"][1], mass["first_even"].expand(4).float(), rtol=1e-5, atol=1e-6)
+    assert not mass["punctuation"][1].isnan().any()
+    with pytest.raises(ValueError, match="no attention weights"):  # the hooks are gone
+        even(torch.zeros(1, 4, dtype=torch.long), need_weights=True)
+
+
 def test_the_shipped_model_has_no_sink(pretrained):
     mass = sink_mass(pretrained[0], held_out_stories(64))
     assert mass["first"].max() < 1.25 * mass["first_even"]

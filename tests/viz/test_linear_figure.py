@@ -40,8 +40,11 @@ def test_a_button_per_relation_rewrites_every_trace_with_the_bins_on_x():
     assert recall["y"][3] == [pytest.approx(0.82), pytest.approx(0.72), pytest.approx(0.61)]  # the means
     assert views["antecedent"]["x"][1] == ["all links", "1-15"]
     assert views["possession"]["x"][1] == ["all links", "1-15", "16-31", "32-79"]
-    first = menu.buttons[0].args  # drawn first: the first relation
+    first = menu.buttons[RELATIONS.index("possession")].args  # drawn first: possession, the chapter's claim
     assert list(fig.data[0].x) == first[0]["x"][0] and fig.layout.title.text == first[1]["title.text"]
+    assert menu.active == RELATIONS.index("possession") and "possession" in fig.layout.title.text
+    recall = distance_figure("linear", _results(), relation="recall")
+    assert recall.layout.updatemenus[0].active == RELATIONS.index("recall") and "recall" in recall.layout.title.text
     assert fig.layout.xaxis.type == "category" and fig.layout.scattermode == "group"
 
 
@@ -67,6 +70,7 @@ def test_the_shipped_runs_draw_every_variant_when_they_ship():
     (lambda: distance_figure("mla", _results()), "name"),
     (lambda: distance_figure("linear_deep", _results()), "results"),
     (lambda: distance_figure("linear", []), "results"),
+    (lambda: distance_figure("linear", _results(), relation="who"), "relation"),
 ])
 def test_bad_input_is_a_value_error_naming_the_argument(call, word):
     with pytest.raises(ValueError, match=word):

@@ -12,11 +12,13 @@ import html
 import json
 import re
 
+import ipywidgets as widgets
 import numpy as np
 import pytest
 import torch
 
 from mha_lib import lm
+from mha_lib.linear import GatedDeltaNet, nan_weights_without_softmax
 from mha_lib.stories import Tokenizer
 from mha_lib.viz import explore_text, text_explorer_html
 from mha_lib.viz.heatmaps import colour_stops
@@ -162,8 +164,15 @@ def test_defaults_are_the_shipped_model(model, monkeypatch):
     monkeypatch.setattr(lm, "load_pretrained", lambda: calls.append(1) or (model, TOKENIZER))
     explorer = explore_text()
     assert explorer.text.value == _DEFAULT_TEXT and explorer.model is model and calls == [1]
-    assert json.loads(_page_model(text_explorer_html())) == lm.export(model, TOKENIZER)
+    assert json.loads(_page_model(text_explorer_html())) == _exported(model)
     assert calls == [1, 1]
+
+
+def _exported(model: lm.StoryLM, kinds: tuple[str, ...] = ("softmax", "softmax")) -> dict:
+    """lm.export's data, with the kind of each layer that the page runs."""
+    data = lm.export(model, TOKENIZER)
+    data["config"]["layers"] = list(kinds)
+    return data
 
 
 def _page_model(fragment: str) -> str:
@@ -174,7 +183,7 @@ def _page_model(fragment: str) -> str:
 
 def test_the_website_fragment_embeds_the_model_and_its_controls(model):
     fragment = text_explorer_html(model, TOKENIZER, text='Mia says "hi" </script>')
-    assert json.loads(_page_model(fragment)) == lm.export(model, TOKENIZER)
+    assert json.loads(_page_model(fragment)) == _exported(model)
     assert fragment.count("</script>") == 1  # the text and the JSON cannot close the script early
     assert 'id="lm-input"' in fragment and 'value="Mia says &quot;hi&quot; &lt;/script&gt;"' in fragment
     assert re.search(r'<label for="lm-input">', fragment)
@@ -201,11 +210,46 @@ def test_bad_arguments_name_what_is_wrong(model, call):
         call(model, Tokenizer(["<pad>", "<unk>", "a", "b"]))
     with pytest.raises(ValueError, match="text must be a str, got int"):
         call(model, TOKENIZER, text=3)
-    with pytest.raises(ValueError, match=r"layer must be an integer in \[0, 2\) \(the model's layers\), got 2"):
+    with pytest.raises(ValueError, match=r"layer must be one of the model's softmax layers \[0, 1\] \(the others "
+                                         r"have no attention weights\), got 2"):
         call(model, TOKENIZER, layer=2)
-    with pytest.raises(ValueError, match="layer must be an integer"):
+    with pytest.raises(ValueError, match="layer must be one of"):
         call(model, TOKENIZER, layer=True)
     with torch.device("meta"):
         ghost = lm.StoryLM(lm.Config())
     with pytest.raises(ValueError, match="model must hold real weights, got a StoryLM on the meta device"):
         call(ghost, TOKENIZER)
+
+
+def _hybrid() -> lm.StoryLM:
+    """A seeded untrained hybrid: Gated DeltaNet in layer 0, softmax in layer 1 (issue 48)."""
+    hybrid = _model(seed=1)
+    hybrid.blocks[0].attention = GatedDeltaNet(hybrid.config.d_model, hybrid.config.num_heads).eval()
+    return hybrid
+
+
+def test_a_hybrid_shows_its_softmax_layer_and_says_why(model):
+    hybrid, text = _hybrid(), "Leo has a red kite. Zoe has a ball. Later, Leo's kite is"
+    explorer = explore_text(hybrid, TOKENIZER, text=text)
+    assert explorer.layer.options == (("layer 1", 1),) and explorer.layer.value == 1
+    notes = [w.value for w in explorer.children if isinstance(w, widgets.HTML) and "Gated DeltaNet" in w.value]
+    assert len(notes) == 1 and "Layer 0 is a Gated DeltaNet layer" in notes[0] and "no attention weights" in notes[0]
+    weights = explorer.reading.weights  # (N, H, L, L)
+    assert np.isnan(weights[0]).all()
+    with torch.no_grad(), nan_weights_without_softmax(hybrid):
+        _, expected = hybrid(torch.tensor([TOKENIZER.encode(text)]), need_weights=True)
+    np.testing.assert_allclose(weights[1], expected[0, 1].double().numpy())
+    ids = TOKENIZER.encode(text)
+    new = hybrid.generate([ids], _CONTINUATION_TOKENS, use_cache=False)[0]
+    dot = TOKENIZER.vocab.index(".")
+    assert explorer.reading.continuation == (new[: new.index(dot) + 1] if dot in new else new)
+    fragment = text_explorer_html(hybrid, TOKENIZER)
+    data = json.loads(_page_model(fragment))
+    assert data == _exported(hybrid, ("gated_deltanet", "softmax"))
+    assert "blocks.0.attention.W_alpha.weight" in data["weights"]
+    assert fragment.count('name="lm-layer"') == 1 and 'value="1" checked' in fragment
+    assert 'class="mha-lm-note"' in fragment and "no attention weights" in fragment
+    assert 'class="mha-lm-note"' not in text_explorer_html(model, TOKENIZER)
+    for call in (explore_text, text_explorer_html):
+        with pytest.raises(ValueError, match=r"layer must be one of the model's softmax layers \[1\]"):
+            call(hybrid, TOKENIZER, layer=0)

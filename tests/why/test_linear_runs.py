@@ -4,10 +4,13 @@ own, the state's bytes do not grow with the story, and the accuracy by distance 
 
 import math
 
-from mha_lib.lm import evaluate, held_out_stories
+import pytest
+
+from mha_lib.linear import GatedDeltaNet
+from mha_lib.lm import PRETRAINED_PATH, StoryLM, evaluate, held_out_stories
 from mha_lib.stories import RELATIONS
 from mha_lib.why import EXPERIMENTS, STATE, THREATS, load_results, run
-from mha_lib.why.linear_runs import LINEAR_VARIANTS, _accuracy_by_distance, _measured
+from mha_lib.why.linear_runs import HYBRID_PATH, LINEAR_VARIANTS, _accuracy_by_distance, _measured, load_hybrid
 from mha_lib.why.modern_runs import story_config, story_run
 from mha_lib.why.results import LEARNED
 
@@ -65,3 +68,19 @@ def test_at_600_steps_linear_attention_misses_the_recall_links_that_softmax_and_
     assert runs["linear"]["recall"] < LEARNED
     assert runs["linear"]["loss"] > max(runs[name]["loss"] for name in ("softmax", "DeltaNet")) + 0.05
     assert runs["DeltaNet"]["decode_bytes_per_story"] < runs["softmax"]["decode_bytes_per_story"] / 5
+
+
+def test_the_shipped_hybrid_is_its_seeds_run_of_the_experiment(tmp_path):
+    # chapter 12d's explorer runs it (issue 48): Gated DeltaNet below softmax, the run of one seed
+    model, tokenizer = load_hybrid()
+    assert isinstance(model, StoryLM) and not model.training and tokenizer.vocab_size == model.config.vocab_size
+    assert isinstance(model.blocks[0].attention, GatedDeltaNet)
+    assert not isinstance(model.blocks[1].attention, GatedDeltaNet)
+    shipped = load_results()["experiments"]["linear"]["seeds"][str(model.config.seed)]["hybrid 1:1 (GDN, softmax)"]
+    scores = evaluate(model, held_out_stories(256))
+    assert all(abs(scores[r] - shipped["metrics"][r]) < 1e-3 for r in ("loss", *RELATIONS)), (scores, shipped)
+    assert HYBRID_PATH.stat().st_size < 600_000
+    with pytest.raises(ValueError, match="path"):
+        load_hybrid(PRETRAINED_PATH)  # the softmax model's checkpoint: another kind
+    with pytest.raises(FileNotFoundError):
+        load_hybrid(tmp_path / "none.pt")
