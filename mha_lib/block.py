@@ -72,6 +72,8 @@ class TransformerBlock(nn.Module):
             :class:`mha_lib.scores.ScoreMod`; learned sink logits; an output gate; QK-norm), as
             for :class:`~mha_lib.MultiHeadAttention`, passed on by name
             (:attr:`~mha_lib.options.AttentionOptions.OPTIONS`).
+        backend: the attention layer's: ``"auto"`` or ``"flex"`` (FlexAttention, the same
+            numbers: :mod:`mha_lib.flex`).
 
     ``block.settings`` holds these arguments (a :class:`TransformerBlock.Settings`).
     """
@@ -93,6 +95,7 @@ class TransformerBlock(nn.Module):
         gate: str | None = None
         rope_scale: float = 1.0
         qk_norm: str | None = None
+        backend: str = "auto"
 
     def __init__(
         self,
@@ -110,6 +113,7 @@ class TransformerBlock(nn.Module):
         gate: str | None = None,
         rope_scale: float = 1.0,
         qk_norm: str | None = None,
+        backend: str = "auto",
     ) -> None:
         super().__init__()
         check_positive_int(d_model, "d_model")  # (the attention layer would name its key_size)
@@ -123,11 +127,11 @@ class TransformerBlock(nn.Module):
         if num_kv_heads is not None or rope is not False or rope_scale != 1.0:  # (GQA checks them)
             kv_heads = num_heads if num_kv_heads is None else num_kv_heads
             self.attention = GroupedQueryAttention(d_model, num_heads, kv_heads, dropout, bias=True,
-                                                   **options)
+                                                   backend=backend, **options)
         else:  # (rope and rope_scale: their defaults)
             options = {name: options[name] for name in MultiHeadAttention.OPTIONS}
             self.attention = MultiHeadAttention(d_model, d_model, d_model, d_model, num_heads,
-                                                dropout, bias=True, **options)
+                                                dropout, bias=True, backend=backend, **options)
         self.feed_forward = nn.Sequential(
             nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
         )

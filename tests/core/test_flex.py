@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mha_lib import MultiHeadAttention
+from mha_lib.block import TransformerBlock
 from mha_lib.decoding import KVCache
 from mha_lib.flex import FlexUnavailable, _cached_block_mask, check_backend, flex_attention_heads
 from mha_lib.gqa import GroupedQueryAttention, gqa_from_mha
@@ -144,6 +145,9 @@ def test_the_backend_is_a_setting_kept_by_conversions():
     _, flex = _pair()
     assert flex.settings.backend == "flex"
     assert gqa_from_mha(flex, 1).backend == "flex"
+    for kv in (None, 1):  # a block passes it on to either layer, and keeps it in its settings
+        block = TransformerBlock(D, H, 8, 0.0, num_kv_heads=kv, backend="flex")
+        assert block.attention.backend == block.settings.backend == "flex"
     flex.check_options("a converter")  # (the backend changes no number: nothing to refuse)
     for bad in ("sdpa", None, 1):
         with pytest.raises(ValueError, match="backend must be"):

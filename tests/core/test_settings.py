@@ -63,7 +63,8 @@ def block_settings(draw):
                    dropout=st.sampled_from([0.0, 0.25]), norm_first=st.booleans(),
                    layer_norm_eps=st.sampled_from([1e-5, 1e-3]), num_kv_heads=st.just(kv),
                    rope=st.just(rope), score_mod=_score_mods(H), sink_logits=st.booleans(),
-                   gate=_gates(), rope_scale=_rope_scales(rope is True), qk_norm=_qk_norms())
+                   gate=_gates(), rope_scale=_rope_scales(rope is True), qk_norm=_qk_norms(),
+                   backend=_backends())
     assert set(options) == _fields(TransformerBlock)
     return TransformerBlock.Settings(**{name: draw(s) for name, s in options.items()})
 
