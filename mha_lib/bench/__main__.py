@@ -1,7 +1,8 @@
 """The one command line of the benchmarks: ``python -m mha_lib.bench [cost|modern|masks|flex|gpu] [options]``.
 
 ``cost`` (the default, chapter 6) prints the table of paired time ratios of our two paths to
-the fused-kernel limit and to ``nn.MultiheadAttention``, and the peak memory of both paths;
+the fused-kernel limit and to ``nn.MultiheadAttention``, the guards' share of a fast-path
+forward, and the peak memory of both paths;
 ``modern`` prints the tables of chapters 9-11 (KV cache, grouped-query attention, tiling);
 ``masks`` where masks save work; ``flex`` the FlexAttention route against SDPA and tiled
 attention; ``gpu`` the layer and windowed attention on a GPU.
@@ -33,7 +34,7 @@ _DEFAULTS = {"cost": (9, 0.2), "modern": (5, 0.1), "masks": (3, 0.05), "flex": (
 _COMMANDS = {
     "cost": "chapter 6 (the default): time ratios of MultiHeadAttention's fast path to the "
     "fused-kernel limit and to nn.MultiheadAttention, of its weights path to nn.MultiheadAttention "
-    "with weights; peak memory of both paths",
+    "with weights; the guards' share of a fast-path forward; peak memory of both paths",
     "modern": "chapters 9-11: decoding with and without a KV cache, KV cache memory with "
     "grouped-query attention, peak memory and speed of tiled (online-softmax) attention",
     "masks": "where masks save work: tiled attention that skips hidden tiles (sliding window "
@@ -188,6 +189,11 @@ def _run_cost(args: argparse.Namespace, repeats: int, min_time: float) -> None:
     rows = cost.benchmark(sizes, repeats=repeats, min_time=min_time, progress=_progress)
     _clear_progress()
     print(cost.format_table(rows, targets=True), flush=True)
+    _progress("guards ...")
+    grows = cost.guard_table(sizes, repeats=repeats, min_time=min_time)
+    _clear_progress()
+    print()
+    print(cost.format_guard_table(grows), flush=True)
     if lengths:
         _progress("memory ...")
         mrows = cost.memory_table(lengths, **mem)

@@ -62,8 +62,10 @@ __all__ = [
     "attention_share",
     "benchmark",
     "flop_count",
+    "format_guard_table",
     "format_memory_table",
     "format_table",
+    "guard_table",
     "make_case",
     "make_contenders",
     "make_modules",
@@ -431,7 +433,7 @@ def _guard_contenders(case: _Case, *, seed: int = 0) -> dict[str, Callable[[], o
     (:func:`~mha_lib.attention.fit_queries`) and the rule's NaN added to the output;
     ``forward`` is the fast-path forward (``need_weights=False``) as the case's device runs it
     (on the CPU: the guards only where they would change something). Without valid lengths
-    (a self-attention on the case's queries); the guards' share: :func:`_guard_share`.
+    (a self-attention on the case's queries); the guards' share: :func:`guard_table`.
     """
     from mha_lib.attention import NonFiniteRule, fit_queries
 
@@ -459,20 +461,32 @@ def _guard_contenders(case: _Case, *, seed: int = 0) -> dict[str, Callable[[], o
     return {"guards": guards, "forward": forward}
 
 
-def _guard_share(times: Mapping[str, Sequence[float]]) -> float:
-    """Median time of the guards as a share of a fast-path forward, from paired times
-    (:func:`mha_lib.timing.time_paired` of :func:`_guard_contenders`)."""
-    if not isinstance(times, Mapping) or not {"guards", "forward"} <= set(times):
-        raise ValueError(f"times must map 'guards' and 'forward' to their times (see "
-                         f"_guard_contenders), got {times!r}")
-    guards, forward = (
-        check_sequence(times[key], f"times[{key!r}]", "times in seconds", check_positive_number)
-        for key in ("guards", "forward")
-    )
-    if len(guards) != len(forward):
-        raise ValueError(f"times['guards'] and times['forward'] must be of one length, got "
-                         f"{len(guards)} and {len(forward)}")
-    return statistics.median(g / f for g, f in zip(guards, forward))
+def guard_table(sizes: Sequence[Sizes], *, repeats: int = 7, min_time: float = 0.05, seed: int = 0,
+                timer: Callable[[], float] = time.perf_counter) -> list[tuple[Sizes, Ratio]]:
+    """The guards' cost under the device policy (:func:`_guard_contenders`) as a share of a
+    fast-path forward, paired, at each size (a self-attention, no mask): ``(sizes, ratio)``
+    rows. On the CPU the forward itself skips the guards where they would change nothing."""
+    sizes = check_sequence(sizes, "sizes", "Sizes", _check_sizes)
+    check_positive_int(repeats, "repeats")
+    check_positive_number(min_time, "min_time")
+    check_callable(timer, "timer")
+    rows = []
+    for s in sizes:
+        times = time_paired(_guard_contenders(make_case(s, masked=False, seed=seed), seed=seed),
+                            repeats=repeats, min_time=min_time, timer=timer)
+        rows.append((s, paired_ratio(times, "guards", "forward")))
+    return rows
+
+
+def format_guard_table(rows: Sequence[tuple[Sizes, Ratio]]) -> str:
+    """:func:`guard_table`'s rows as text, median [min-max] per size."""
+    head = "(B, Lq, Lk, D, H)"
+    lines = [(str(s), str(r)) for s, r in rows]
+    width = max([len(head), *(len(a) for a, _ in lines)])
+    out = [f"{head:<{width}}  guards / fast-path forward (device policy: no host read)",
+           f"{'-' * width}  {'-' * 56}"]
+    return "\n".join(out + [f"{a:<{width}}  {b}" for a, b in lines])
+
 
 def scaling_times(
     lengths: Sequence[int],

@@ -145,12 +145,15 @@ def test_guard_contenders_run_and_their_share_is_the_median_ratio():
     fns = cost._guard_contenders(cost.make_case(TINY, masked=False))
     assert set(fns) == {"guards", "forward"}
     assert fns["guards"]().shape == (2, 2, 3, 4) and fns["forward"]().shape == (2, 3, 8)
-    times = {"guards": [1.0, 3.0, 1.0], "forward": [4.0, 4.0, 2.0]}
-    assert cost._guard_share(times) == 0.5
+    ticks = iter(range(10**6))  # a clock that advances one second a reading: every ratio is 1
+    rows = cost.guard_table([TINY], repeats=3, min_time=1e-9, timer=lambda: float(next(ticks)))
+    assert [(s, r.median) for s, r in rows] == [(TINY, 1.0)]
+    table = cost.format_guard_table(rows)
+    assert "guards / fast-path forward" in table and "1.00 [1.00-1.00]" in table
     with pytest.raises(ValueError, match="case"):
         cost._guard_contenders(TINY)
-    with pytest.raises(ValueError, match="guards"):
-        cost._guard_share({"forward": [1.0]})
+    with pytest.raises(ValueError, match="sizes"):
+        cost.guard_table([(2, 3)])
 
 def test_weights_bytes():
     assert cost.weights_bytes(TINY) == 2 * 2 * 3 * 5 * 4
