@@ -22,7 +22,7 @@ gives, at every step, the row ``t`` of ``mha(x, x, x, causal_valid_lens(B, L))``
 The cache only *stores*: :meth:`LayerCache.update` takes the new keys and values and returns
 everything cached (the design of Hugging Face's caches). The attention layers
 (``MultiHeadAttention``, ``GroupedQueryAttention``) attend to what it returns, through the one
-computation they share, :func:`mha_lib.multihead.attend_heads`.
+computation they share, :func:`mha_lib.attend.attend_heads`.
 
 Prompts of different lengths decode as one batch: pad them on the right, and give every step
 the ``positions`` (B, n) of its new tokens. Example ``b`` then writes its keys and values at its

@@ -16,7 +16,7 @@ on (the convention of ``F.scaled_dot_product_attention(..., enable_gqa=True)``).
 (Shazeer, 2019). ``W_k`` and ``W_v`` shrink from (D, D) to (D, Hkv*d), and so does a KV cache.
 
 :func:`grouped_attention` shows the sharing by broadcasting (chapter 10); the layer attends
-through :func:`mha_lib.multihead.attend_heads`, the computation every attention layer shares.
+through :func:`mha_lib.attend.attend_heads`, the computation every attention layer shares.
 With ``rope=True`` it rotates queries and keys by their positions (RoPE, :func:`rotary`), as
 the language models that use grouped-query attention do.
 """
@@ -38,7 +38,8 @@ from mha_lib._settings import build, record
 from mha_lib.attention import FiniteDotProductAttention, score_operands
 from mha_lib.flex import check_backend
 from mha_lib.masking import softmax_over_kept
-from mha_lib.multihead import MultiHeadAttention, AttentionLayer, check_head_shapes
+from mha_lib.attend import check_head_shapes
+from mha_lib.multihead import MultiHeadAttention, AttentionLayer
 from mha_lib.scores import ScoreMod
 from mha_lib.positions import Rope
 

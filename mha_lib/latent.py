@@ -44,7 +44,8 @@ from mha_lib.attention import FiniteDotProductAttention
 from mha_lib.heads import merge_heads, split_heads
 from mha_lib.masking import visible
 from mha_lib.masks import causal
-from mha_lib.multihead import AttentionLayer, MultiHeadAttention, attend_heads
+from mha_lib.attend import attend_heads
+from mha_lib.multihead import AttentionLayer, MultiHeadAttention
 from mha_lib.positions import Rope
 from mha_lib.qk import QKTransform
 

@@ -8,7 +8,7 @@ ratios, :mod:`mha_lib.timing`; the clock waits for the device before it reads th
   ``limit``) and against ``nn.MultiheadAttention``, in bfloat16, without a mask and causal, with
   the CUDA kernels each launches per forward;
 * sliding-window attention (L = 8192, w = 256) through the heads' attention of the layers
-  (:func:`mha_lib.multihead.attend_heads`), against SDPA with the dense mask and against
+  (:func:`mha_lib.attend.attend_heads`), against SDPA with the dense mask and against
   FlexAttention with a block mask (compiled; where it runs).
 
 Shape legend
@@ -32,7 +32,7 @@ from mha_lib._checks import check_device, check_positive_int, check_positive_num
 from mha_lib.attention import DotProductAttention
 from mha_lib.bench.cost import Sizes, make_case, make_contenders
 from mha_lib.masks import sliding_window
-from mha_lib.multihead import attend_heads
+from mha_lib.attend import attend_heads
 from mha_lib.timing import paired_ratio, time_paired
 
 __all__ = ["SIZES", "check_device", "device_line", "format_layer_table", "format_window_table", "layer_table", "window_table"]

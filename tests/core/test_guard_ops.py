@@ -3,7 +3,7 @@
 On a GPU every operation is a kernel launch, and the guards (the overflow fit of the queries,
 ``mha_lib.attention.fit_queries``, and the rule for NaN and infinite inputs,
 ``mha_lib.attention.NonFiniteRule``) run on every forward there, on the device (the "device
-policy": no host read, ``mha_lib.multihead._read_first`` is False). On the CPU a forward first
+policy": no host read, ``mha_lib.attend._read_first`` is False). On the CPU a forward first
 reads whether they would change anything (the "CPU policy") and skips them when not.
 
 The count runs on the CPU: :class:`CountOps`, a ``TorchDispatchMode``, sees every ATen
@@ -26,7 +26,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mha_lib import MultiHeadAttention, multihead
+from mha_lib import MultiHeadAttention, attend
 from mha_lib.masks import causal, padding
 
 aten = torch.ops.aten
@@ -84,8 +84,8 @@ def count(policy: str, case: str, same_tensor: bool = True) -> CountOps:
     x = torch.randn(B, L, D)
     q, k, v = (x, x, x) if same_tensor else (x, x.clone(), x.clone())
     kwargs = CASES[case]()
-    read_first = (lambda q: False) if policy == "device" else multihead._read_first
-    with mock.patch.object(multihead, "_read_first", read_first), torch.no_grad():
+    read_first = (lambda q: False) if policy == "device" else attend._read_first
+    with mock.patch.object(attend, "_read_first", read_first), torch.no_grad():
         with CountOps() as ops:
             mha(q, k, v, **kwargs)
     return ops

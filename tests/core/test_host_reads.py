@@ -3,7 +3,7 @@ an attention layer's forward reads nothing without valid lengths and head gates,
 once with them (their values and, for the NaN/inf rule, whether the inputs are finite).
 
 On the CPU, where a read waits for nothing, every attention call reads one value more by design
-(whether its guards would change anything: ``mha_lib.multihead._read_first``). These tests count
+(whether its guards would change anything: ``mha_lib.attend._read_first``). These tests count
 the reads of the other devices: the ``gpu_policy`` fixture makes the layers act as there (the
 device guard, ``test_device_guard.py``, counts them on another device), and
 ``test_on_the_cpu_the_guards_cost_one_read`` counts the CPU's."""
@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 import torch
 
-from mha_lib import MultiHeadAttention, multihead
+from mha_lib import MultiHeadAttention, attend
 from mha_lib.decoding import KVCache
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.masking import CheckedLens, masked_softmax
@@ -43,7 +43,7 @@ def counted_reads():
 def gpu_policy(request, monkeypatch):
     """The layers' read policy of a GPU (their guards always run, on the device)."""
     if "cpu_policy" not in request.keywords:
-        monkeypatch.setattr(multihead, "_read_first", lambda q: False)
+        monkeypatch.setattr(attend, "_read_first", lambda q: False)
 
 
 def _inputs(B=2, Lq=3, Lk=5, D=8, seed=0):

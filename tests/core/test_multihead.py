@@ -214,7 +214,8 @@ def test_to_torch_needs_our_module():
 def test_attend_heads_and_cached_keys_values_name_bad_arguments():
     from mha_lib.attention import FiniteDotProductAttention
     from mha_lib.decoding import KVCache
-    from mha_lib.multihead import attend_heads, cached_keys_values
+    from mha_lib.attend import attend_heads
+    from mha_lib.multihead import cached_keys_values
 
     attention = FiniteDotProductAttention(0.0)
     q, k = torch.randn(2, 4, 3, 5), torch.randn(2, 2, 6, 5)

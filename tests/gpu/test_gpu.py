@@ -18,7 +18,7 @@ from mha_lib.flash import tiled_attention
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.latent import LatentAttention
 from mha_lib.masks import causal, chunked, document, padding, prefix_lm, sinks, sliding_window
-from mha_lib.multihead import attend_heads
+from mha_lib.attend import attend_heads
 
 B, L, D, H = 2, 24, 32, 4
 DOC_IDS = torch.tensor([[0] * 10 + [1] * 14, [0] * 5 + [1] * 9 + [2] * 10])
