@@ -34,7 +34,6 @@ from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.masks import Mask
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.options import (
-    Options,
     RopeOptions,
     changed_options,
     option_values,
@@ -118,10 +117,10 @@ class TransformerBlock(nn.Module):
         if num_kv_heads is not None or grouped:
             kv_heads = num_heads if num_kv_heads is None else num_kv_heads
             self.attention = GroupedQueryAttention(d_model, num_heads, kv_heads, dropout, bias=True,
-                                                   **option_values(RopeOptions, given))
+                                                   **option_values(GroupedQueryAttention.Options, given))
         else:  # (RoPE's options: their defaults)
             self.attention = MultiHeadAttention(d_model, d_model, d_model, d_model, num_heads, dropout,
-                                                bias=True, **option_values(Options, given))
+                                                bias=True, **option_values(MultiHeadAttention.Options, given))
         # the options as the attention layer keeps them (RoPE's without RoPE: their defaults)
         kept = RopeOptions(**option_values(type(self.attention).Options, self.attention.settings))
         self.feed_forward = nn.Sequential(
