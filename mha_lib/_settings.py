@@ -73,8 +73,8 @@ def rebuild(module: M, **changes: Any) -> M:
 
 def record(settings_cls: type, arguments: dict[str, Any], **normalised: Any) -> Any:
     """``settings_cls`` filled by name from a constructor's ``arguments`` (its ``locals()``),
-    ``normalised`` taking precedence: the options are declared once, in the signature and in
-    ``Settings``, never again in a positional call."""
+    ``normalised`` taking precedence (the options as the layer checked them): the options are
+    declared once, in :class:`mha_lib.options.Options`, never again in a positional call."""
     values = {**arguments, **normalised}
     return settings_cls(**{f.name: values[f.name] for f in dataclasses.fields(settings_cls)})
 

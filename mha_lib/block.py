@@ -33,8 +33,13 @@ from mha_lib._settings import build, record
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.masks import Mask
 from mha_lib.multihead import MultiHeadAttention
-from mha_lib.scores import ScoreMod
-from mha_lib.positions import Rope
+from mha_lib.options import (
+    RopeOptions,
+    changed_options,
+    option_values,
+    take_options,
+    takes_options,
+)
 
 __all__ = ["TransformerBlock"]
 
@@ -64,23 +69,16 @@ class TransformerBlock(nn.Module):
         norm_first: pre-LN if True, post-LN if False.
         layer_norm_eps: the ``eps`` of both LayerNorms.
         num_kv_heads: Hkv key/value heads (dividing ``num_heads``) for grouped-query attention.
-        rope: rotate queries and keys by their positions: True (RoPE; needs an even head
-            size) or a :class:`~mha_lib.positions.Rope`, as for ``GroupedQueryAttention``.
-        rope_scale: the factor of every RoPE angle (position interpolation), as for
-            :class:`~mha_lib.gqa.GroupedQueryAttention`; 1 unless ``rope``.
-        score_mod, sink_logits, gate, qk_norm: the attention layer's (a
-            :class:`mha_lib.scores.ScoreMod`; learned sink logits; an output gate; QK-norm), as
-            for :class:`~mha_lib.MultiHeadAttention`, passed on by name
-            (:attr:`~mha_lib.options.AttentionOptions.OPTIONS`).
-        backend: the attention layer's: ``"auto"`` or ``"flex"`` (FlexAttention, the same
-            numbers: :mod:`mha_lib.flex`).
+        rope, rope_scale, score_mod, sink_logits, gate, qk_norm, backend: the attention
+            layer's options, passed on by name (:class:`mha_lib.options.RopeOptions` explains
+            each): with ``num_kv_heads`` or an option of RoPE it is a ``GroupedQueryAttention``.
 
     ``block.settings`` holds these arguments (a :class:`TransformerBlock.Settings`).
     """
 
     @dataclass(frozen=True)
-    class Settings:
-        """The constructor's arguments, by name (see the class)."""
+    class _Sizes:
+        """The constructor's arguments beside the options (positional in ``Settings``)."""
 
         d_model: int
         num_heads: int
@@ -89,14 +87,12 @@ class TransformerBlock(nn.Module):
         norm_first: bool = True
         layer_norm_eps: float = 1e-5
         num_kv_heads: int | None = None
-        rope: bool | Rope = False
-        score_mod: ScoreMod | None = None
-        sink_logits: bool = False
-        gate: str | None = None
-        rope_scale: float = 1.0
-        qk_norm: str | None = None
-        backend: str = "auto"
 
+    @dataclass(frozen=True)
+    class Settings(RopeOptions, _Sizes):
+        """The constructor's arguments, by name: the sizes, then the options (see the class)."""
+
+    @takes_options(RopeOptions)
     def __init__(
         self,
         d_model: int,
@@ -107,13 +103,7 @@ class TransformerBlock(nn.Module):
         *,
         layer_norm_eps: float = 1e-5,
         num_kv_heads: int | None = None,
-        rope: bool | Rope = False,
-        score_mod: ScoreMod | None = None,
-        sink_logits: bool = False,
-        gate: str | None = None,
-        rope_scale: float = 1.0,
-        qk_norm: str | None = None,
-        backend: str = "auto",
+        **options,
     ) -> None:
         super().__init__()
         check_positive_int(d_model, "d_model")  # (the attention layer would name its key_size)
@@ -122,16 +112,17 @@ class TransformerBlock(nn.Module):
         check_probability(dropout, "dropout")
         layer_norm_eps = check_positive_number(layer_norm_eps, "layer_norm_eps")
         self.norm_first = check_bool(norm_first, "norm_first")
-        arguments = locals()
-        options = {name: arguments[name] for name in GroupedQueryAttention.OPTIONS}  # by name
-        if num_kv_heads is not None or rope is not False or rope_scale != 1.0:  # (GQA checks them)
+        given = take_options(RopeOptions, options, "TransformerBlock")  # every option, by name
+        grouped = set(changed_options(given)) - set(MultiHeadAttention.OPTIONS)  # RoPE's
+        if num_kv_heads is not None or grouped:
             kv_heads = num_heads if num_kv_heads is None else num_kv_heads
             self.attention = GroupedQueryAttention(d_model, num_heads, kv_heads, dropout, bias=True,
-                                                   backend=backend, **options)
-        else:  # (rope and rope_scale: their defaults)
-            options = {name: options[name] for name in MultiHeadAttention.OPTIONS}
-            self.attention = MultiHeadAttention(d_model, d_model, d_model, d_model, num_heads,
-                                                dropout, bias=True, backend=backend, **options)
+                                                   **option_values(GroupedQueryAttention.Options, given))
+        else:  # (RoPE's options: their defaults)
+            self.attention = MultiHeadAttention(d_model, d_model, d_model, d_model, num_heads, dropout,
+                                                bias=True, **option_values(MultiHeadAttention.Options, given))
+        # the options as the attention layer keeps them (RoPE's without RoPE: their defaults)
+        kept = RopeOptions(**option_values(type(self.attention).Options, self.attention.settings))
         self.feed_forward = nn.Sequential(
             nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
         )
@@ -139,8 +130,8 @@ class TransformerBlock(nn.Module):
         self.norm2 = _FittedLayerNorm(d_model, eps=layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
-        self.settings = record(self.Settings, arguments, dropout=float(dropout),
-                               layer_norm_eps=layer_norm_eps, rope_scale=float(rope_scale))
+        self.settings = record(self.Settings, locals(), dropout=float(dropout),
+                               layer_norm_eps=layer_norm_eps, **option_values(RopeOptions, kept))
 
     def forward(
         self,

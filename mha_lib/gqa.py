@@ -36,11 +36,10 @@ from mha_lib._checks import (
 )
 from mha_lib._settings import build, record
 from mha_lib.attention import FiniteDotProductAttention, score_operands
-from mha_lib.flex import check_backend
 from mha_lib.masking import softmax_over_kept
 from mha_lib.attend import check_head_shapes
 from mha_lib.multihead import MultiHeadAttention, AttentionLayer
-from mha_lib.scores import ScoreMod
+from mha_lib.options import RopeOptions, option_values, takes_options
 from mha_lib.positions import Rope
 
 __all__ = ["GroupedQueryAttention", "gqa_from_mha", "grouped_attention", "kv_head_of"]
@@ -127,14 +126,10 @@ class GroupedQueryAttention(AttentionLayer):
         num_kv_heads: Hkv, the key/value heads; must divide ``num_heads``.
         dropout: dropout rate on the attention weights, in [0, 1).
         bias: whether the four projections have a bias.
-        rope: rotate queries and keys by their positions after the projections: True (plain
-            RoPE, :func:`mha_lib.positions.rotary`; needs an even head size d), a
-            :class:`~mha_lib.positions.Rope` (its base, interpolation, NTK, YaRN, partial
-            rotation), or False (no positions).
-        rope_scale: the factor of every RoPE angle with ``rope=True`` (``rotary``'s ``scale``;
-            position interpolation from length L to L' is L / L'); a finite number > 0, else 1.
-        score_mod, sink_logits, gate, qk_norm, backend: as for
-            :class:`~mha_lib.multihead.MultiHeadAttention` (QK-norm comes before RoPE).
+        rope, rope_scale, score_mod, sink_logits, gate, qk_norm, backend: the layer's options,
+            by name (RoPE: True, a :class:`~mha_lib.positions.Rope` or False, and the factor of
+            its angles; the options of :class:`~mha_lib.multihead.MultiHeadAttention`), each
+            explained in :class:`mha_lib.options.RopeOptions`, the one record of them.
 
     The forward is :class:`~mha_lib.multihead.MultiHeadAttention`'s (one forward for both):
     query head h reads key/value head h // (H / Hkv); with a cache, the cache stores Hkv heads
@@ -145,33 +140,26 @@ class GroupedQueryAttention(AttentionLayer):
     """
 
     _input_sizes = ("d_model",) * 3  # (queries, keys and values: D features)
-    OPTIONS = {**AttentionLayer.OPTIONS, "rope": False, "rope_scale": 1.0}
+    Options = RopeOptions  # (the options, RoPE's first: see AttentionOptions)
 
     @dataclass(frozen=True)
-    class Settings:
-        """The constructor's arguments, by name (see the class)."""
+    class _Sizes:
+        """The constructor's arguments beside the options (positional in ``Settings``)."""
 
         d_model: int
         num_heads: int
         num_kv_heads: int
         dropout: float
         bias: bool = False
-        rope: bool | Rope = False
-        score_mod: ScoreMod | None = None
-        sink_logits: bool = False
-        gate: str | None = None
-        rope_scale: float = 1.0
-        qk_norm: str | None = None
-        backend: str = "auto"
 
-    def __init__(
-        self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float, bias: bool = False,
-        rope: bool | Rope = False, *, score_mod: ScoreMod | None = None, sink_logits: bool = False,
-        gate: str | None = None, rope_scale: float = 1.0, qk_norm: str | None = None,
-        backend: str = "auto",
-    ) -> None:
+    @dataclass(frozen=True)
+    class Settings(RopeOptions, _Sizes):
+        """The constructor's arguments, by name: the sizes, then the options (see the class)."""
+
+    @takes_options(RopeOptions)
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float,
+                 bias: bool = False, rope: bool | Rope = False, **options) -> None:
         super().__init__()
-        self.backend = check_backend(backend)
         D = check_positive_int(d_model, "d_model")
         H = check_positive_int(num_heads, "num_heads")
         Hkv = check_positive_int(num_kv_heads, "num_kv_heads")
@@ -187,10 +175,9 @@ class GroupedQueryAttention(AttentionLayer):
         self.W_k = nn.Linear(D, Hkv * self.head_size, bias=bias)
         self.W_v = nn.Linear(D, Hkv * self.head_size, bias=bias)
         self.W_o = nn.Linear(D, D, bias=bias)
-        self._init_options(D, score_mod=score_mod, sink_logits=sink_logits, gate=gate,
-                           qk_norm=qk_norm, rope=rope, rope_scale=rope_scale)  # (AttentionOptions)
+        options = self._init_options(D, {"rope": rope, **options})  # (AttentionOptions)
         self.settings = record(self.Settings, locals(), dropout=float(dropout),
-                               rope_scale=float(rope_scale))
+                               **option_values(RopeOptions, options))
 
     @property
     def rope_scale(self) -> float:
@@ -235,10 +222,8 @@ def gqa_from_mha(mha: MultiHeadAttention, num_kv_heads: int) -> GroupedQueryAtte
                              f"query attention maps D features to D), got {name} = {size}")
     Hkv = max(kv_head_of(H, num_kv_heads)) + 1  # checks that num_kv_heads divides H
     d, g = D // H, H // Hkv
-    # every option, by name
-    options = {name: getattr(s, name) for name in MultiHeadAttention.OPTIONS}
-    settings = GroupedQueryAttention.Settings(D, H, Hkv, s.dropout, bias=s.bias, backend=s.backend,
-                                              **options)
+    settings = GroupedQueryAttention.Settings(D, H, Hkv, s.dropout, bias=s.bias,  # every option, by name
+                                              **option_values(MultiHeadAttention.Options, s))
     gqa = build(GroupedQueryAttention, settings, like=mha)
     state = mha.state_dict()  # every weight as it is (W_q, W_o, the gate, the norms, ...),
     for name, value in state.items():  # but the key and value heads: averaged over each group

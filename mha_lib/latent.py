@@ -46,6 +46,7 @@ from mha_lib.masking import visible
 from mha_lib.masks import causal
 from mha_lib.attend import attend_heads
 from mha_lib.multihead import AttentionLayer, MultiHeadAttention
+from mha_lib.options import RopeOptions
 from mha_lib.positions import Rope
 from mha_lib.qk import QKTransform
 
@@ -106,6 +107,8 @@ class LatentAttention(AttentionLayer):
     ``absorbed=`` (the absorbed form; the same numbers).
     """
 
+    Options = RopeOptions  # (what _init_options builds from: rope here, the others their defaults)
+
     def __init__(self, key_size: int, query_size: int, value_size: int, d_model: int,
                  num_heads: int, dropout: float, bias: bool = False, *, rank: int,
                  rope: bool | Rope = False, rope_dim: int | None = None) -> None:
@@ -128,7 +131,7 @@ class LatentAttention(AttentionLayer):
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
         if rope_dim is None:
             self.rope_dim = None
-            self._init_options(query_size, rope=rope)  # (positions only: see AttentionOptions)
+            self._init_options(query_size, {"rope": rope})  # (positions only: see AttentionOptions)
             return
         self.rope_dim = check_positive_int(rope_dim, "rope_dim")
         if isinstance(rope, bool) and not rope:
@@ -136,7 +139,7 @@ class LatentAttention(AttentionLayer):
                              "or a Rope, got rope=False")
         self.W_qr = nn.Linear(query_size, num_heads * rope_dim, bias=bias)  # each head's rotated part
         self.W_kr = nn.Linear(key_size, rope_dim, bias=bias)  # one rotated key part for all heads
-        self._init_options(query_size)  # (no score_mod, sink logits, gate; positions below)
+        self._init_options(query_size, {})  # (no score_mod, sink logits, gate; positions below)
         spec = rope if isinstance(rope, Rope) else Rope() if check_bool(rope, "rope") else None
         self.qk, self.rope = QKTransform(None, spec, num_heads, 1, rope_dim), True  # on d_r features
 

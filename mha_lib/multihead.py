@@ -32,14 +32,13 @@ from torch import Tensor, nn
 from mha_lib._checks import check_bool, check_positive_int, check_probability, quiet_when_traced
 from mha_lib.attend import attend_heads, check_head_mask, read_lens_and_finite, read_lens_and_gates
 from mha_lib.attention import FiniteDotProductAttention, NonFiniteRule, check_qkv
-from mha_lib.flex import attend_flex, check_backend
+from mha_lib.flex import attend_flex
 from mha_lib.cached import AttentionCache, cached_keys_values, check_cached_attention, query_positions
 from mha_lib.heads import gate_heads, merge_heads, split_heads
 from mha_lib._settings import record
 from mha_lib.masking import as_mask, check_positions, visible
 from mha_lib.masks import Mask
-from mha_lib.options import AttentionOptions
-from mha_lib.scores import ScoreMod
+from mha_lib.options import AttentionOptions, Options, option_values, takes_options
 
 __all__ = [
     "AttentionCache",
@@ -226,25 +225,17 @@ class MultiHeadAttention(AttentionLayer):
         bias: whether the four projections have a bias.
         output_size: the width of the output (default D; a module whose heads were pruned
             keeps its output width, with fewer heads).
-        score_mod: a :class:`mha_lib.scores.ScoreMod` applied to every score before the mask
-            (``alibi(H)``, ``softcap(cap)``, ...), or None.
-        sink_logits: a learned logit per head, ``module.sink_logits`` (H,), joins every
-            query's softmax and is dropped (the weights then sum to less than 1).
-        gate: ``"head"`` or ``"element"``: each head's output is multiplied by
-            ``sigmoid(module.gate(queries))`` (an ``nn.Linear``: one gate per head, or one per
-            feature), before ``W_o`` (gated attention); None: no gate.
-        qk_norm: ``"head"`` or ``"width"``: RMSNorm of the queries and keys, per head or over
-            the projection's width, before the scores (:mod:`mha_lib.qk`); None: none.
-        backend: ``"auto"`` (the fused kernel, or the weights path) or ``"flex"``
-            (FlexAttention, the same numbers: :mod:`mha_lib.flex`).
+        score_mod, sink_logits, gate, qk_norm, backend: the layer's options, by name (a
+            score modification, learned sink logits, an output gate, QK-norm, the FlexAttention
+            route), each explained in :class:`mha_lib.options.Options`, the one record of them.
 
     ``module.settings`` holds these arguments (a :class:`MultiHeadAttention.Settings`): code
     that rebuilds the module changed (pruning, conversions) starts from it and keeps the rest.
     """
 
     @dataclass(frozen=True)
-    class Settings:
-        """The constructor's arguments, by name (see the class)."""
+    class _Sizes:
+        """The constructor's arguments beside the options (positional in ``Settings``)."""
 
         key_size: int
         query_size: int
@@ -254,16 +245,16 @@ class MultiHeadAttention(AttentionLayer):
         dropout: float
         bias: bool = False
         output_size: int | None = None  # None: D
-        score_mod: ScoreMod | None = None
-        sink_logits: bool = False
-        gate: str | None = None
-        qk_norm: str | None = None
-        backend: str = "auto"
+
+    @dataclass(frozen=True)
+    class Settings(Options, _Sizes):
+        """The constructor's arguments, by name: the sizes, then the options (see the class)."""
 
         def __post_init__(self) -> None:
             if self.output_size == self.d_model:  # one way to say "the default"
                 object.__setattr__(self, "output_size", None)
 
+    @takes_options(Options)
     def __init__(
         self,
         key_size: int,
@@ -275,14 +266,9 @@ class MultiHeadAttention(AttentionLayer):
         bias: bool = False,
         *,
         output_size: int | None = None,
-        score_mod: ScoreMod | None = None,
-        sink_logits: bool = False,
-        gate: str | None = None,
-        qk_norm: str | None = None,
-        backend: str = "auto",
+        **options,
     ) -> None:
         super().__init__()
-        self.backend = check_backend(backend)
         sizes = {"key_size": key_size, "query_size": query_size, "value_size": value_size,
                  "d_model": d_model, "output_size": d_model if output_size is None else output_size}
         for name, size in sizes.items():
@@ -297,9 +283,9 @@ class MultiHeadAttention(AttentionLayer):
         self.W_k = nn.Linear(key_size, d_model, bias=bias)
         self.W_v = nn.Linear(value_size, d_model, bias=bias)
         self.W_o = nn.Linear(d_model, sizes["output_size"], bias=bias)
-        self._init_options(query_size, score_mod=score_mod, sink_logits=sink_logits, gate=gate,
-                           qk_norm=qk_norm)  # (see AttentionOptions)
-        self.settings = record(self.Settings, locals(), dropout=float(dropout))
+        options = self._init_options(query_size, options)  # (checked and built: AttentionOptions)
+        self.settings = record(self.Settings, locals(), dropout=float(dropout),
+                               **option_values(Options, options))
 
     @property
     def num_kv_heads(self) -> int:

@@ -21,6 +21,7 @@ from mha_lib._settings import build, rebuild
 from mha_lib.block import TransformerBlock
 from mha_lib.gqa import GroupedQueryAttention, gqa_from_mha
 from mha_lib.importance import head_gates, prune_heads
+from mha_lib.options import Options, RopeOptions
 from mha_lib.positions import Rope
 from mha_lib.scores import alibi, softcap
 
@@ -160,6 +161,22 @@ def test_settings_are_the_constructor_arguments(cls):
                 if p.default is not inspect.Parameter.empty}
     assert {f.name: f.default for f in dataclasses.fields(cls.Settings)
             if f.default is not dataclasses.MISSING} == defaults
+
+
+@pytest.mark.parametrize("cls, record", [(MultiHeadAttention, Options), (GroupedQueryAttention, RopeOptions),
+                                         (TransformerBlock, RopeOptions)], ids=lambda c: c.__name__)
+def test_the_options_are_declared_once_in_their_record(cls, record):
+    """Each Settings is the sizes plus one options record; the constructor takes those options by
+    name (and refuses another name, as Python refuses an unknown keyword)."""
+    assert issubclass(cls.Settings, record)
+    names = [f.name for f in dataclasses.fields(record)]
+    assert [f.name for f in dataclasses.fields(cls.Settings)][-len(names):] == names
+    if cls is not TransformerBlock:
+        assert cls.Options is record and cls.OPTIONS == {f.name: f.default for f in dataclasses.fields(record)}
+    sizes = {MultiHeadAttention: (4, 4, 4, 4, 2, 0.0), GroupedQueryAttention: (4, 2, 1, 0.0),
+             TransformerBlock: (4, 2, 8, 0.0)}[cls]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        cls(*sizes, colour="red")
 
 
 @settings(max_examples=40, deadline=None)

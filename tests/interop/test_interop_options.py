@@ -6,6 +6,8 @@ converters once dropped a layer's ``gate``). Also: RoPE's base, per layer, both 
 Llama, and the YaRN frequencies against ``transformers``'.
 """
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -32,7 +34,7 @@ from mha_lib.positions import Rope
 from mha_lib.scores import alibi, softcap
 
 EXAMPLES = {"score_mod": softcap(5.0), "sink_logits": True, "gate": "head", "qk_norm": "head",
-            "rope": Rope(ntk=2.0), "rope_scale": 0.5}
+            "backend": "flex", "rope": Rope(ntk=2.0), "rope_scale": 0.5}
 """A value other than the default, for every option of the layers."""
 
 CONVERTERS = {  # name: (convert, a layer it converts, the options it maps)
@@ -61,20 +63,25 @@ CONVERTERS = {  # name: (convert, a layer it converts, the options it maps)
 
 def test_every_option_has_an_example():
     assert set(EXAMPLES) == set(GroupedQueryAttention.OPTIONS) >= set(MultiHeadAttention.OPTIONS)
-    for cls in (MultiHeadAttention, GroupedQueryAttention):  # the options are the Settings' fields
-        fields = set(cls.Settings.__dataclass_fields__)
-        assert set(cls.OPTIONS) <= fields
+    for cls in (MultiHeadAttention, GroupedQueryAttention):  # the options are the record's fields
+        assert list(cls.OPTIONS) == [f.name for f in dataclasses.fields(cls.Options)]
+        assert issubclass(cls.Settings, cls.Options)
 
 
 @pytest.mark.parametrize("name", sorted(CONVERTERS))
 def test_each_converter_converts_its_layer_and_refuses_each_option_it_does_not_map(name):
     convert, layer, maps = CONVERTERS[name]
     convert(layer)  # (the layer itself converts: a refusal below is the option's)
-    refused = [option for option in type(layer).OPTIONS if option not in maps]
+    options = dataclasses.fields(type(layer).Options)
+    kept = [f.name for f in options if f.metadata.get("same_numbers")]  # (how, not what: backend)
+    refused = [f.name for f in options if f.name not in maps and f.name not in kept]
     assert "gate" in refused  # (the one the Gemma 2, gpt-oss and BLOOM converters once dropped)
     for option in refused:
         with pytest.raises(ValueError, match=option):
             convert(rebuild(layer, **{option: EXAMPLES[option]}))
+    assert kept == ["backend"]
+    for option in kept:  # the same numbers: nothing to refuse
+        convert(rebuild(layer, **{option: EXAMPLES[option]}))
 
 
 @pytest.mark.parametrize("name", ["llama", "gemma2", "gpt-oss", "qwen3", "olmo2", "gemma3", "llama4"])

@@ -38,10 +38,10 @@ def mha_settings(draw):
     s = MultiHeadAttention.Settings(draw(size), draw(size), draw(size), D, H,
                                     draw(st.sampled_from([0.0, 0.25])), draw(st.booleans()),
                                     draw(st.none() | st.just(D) | st.integers(1, 5)),
-                                    draw(st.sampled_from([None, None, alibi(H), softcap(2.0)])),
-                                    draw(st.sampled_from([False, False, True])),
-                                    draw(st.sampled_from([None, None, "head", "element"])),
-                                    draw(st.sampled_from([None, None, "head", "width", "l2"])))
+                                    score_mod=draw(st.sampled_from([None, None, alibi(H), softcap(2.0)])),
+                                    sink_logits=draw(st.sampled_from([False, False, True])),
+                                    gate=draw(st.sampled_from([None, None, "head", "element"])),
+                                    qk_norm=draw(st.sampled_from([None, None, "head", "width", "l2"])))
     assert {f.name for f in dataclasses.fields(s)} == OPTIONS  # a new option: test it here
     return s
 
