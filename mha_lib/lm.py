@@ -61,6 +61,7 @@ from torch import Tensor, nn
 from mha_lib._checks import as_tensor, check_bool, check_device, check_not_meta, check_positive_int, check_size
 from mha_lib._modes import eval_mode
 from mha_lib.block import TransformerBlock
+from mha_lib.checkpoints import load_checkpoint
 from mha_lib.decoding import KVCache
 from mha_lib.stories import GENDER, RELATIONS, Story, Tokenizer, check_stories, link_mask, sample_stories
 from mha_lib.timing import time_paired
@@ -70,7 +71,6 @@ from mha_lib.training import (
     TrainResult,
     check_config,
     check_config_fields,
-    load_checkpoint,
     run_main,
     save_result,
     train_loop,

@@ -51,7 +51,7 @@ from mha_lib.exercises.capstone import CapstoneReport
 from mha_lib.importance import head_gates
 from mha_lib.lm_heads import _link_losses, link_weights
 from mha_lib.stories import RELATIONS, sample_stories
-from mha_lib.training import load_checkpoint
+from mha_lib.checkpoints import load_checkpoint
 
 __all__ = [
     "BONUS_PER_ROLE",

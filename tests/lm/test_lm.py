@@ -28,7 +28,7 @@ from mha_lib.lm import (
     train,
 )
 from mha_lib.stories import RELATIONS, Tokenizer
-from mha_lib.training import load_checkpoint
+from mha_lib.checkpoints import load_checkpoint
 
 PROMPTS = ["Mia has a red kite.", "Leo", "One day, Ada and Tom go to the park. Ada has a blue ball. Tom",
            "Kim sees a gold duck. Kim sings because"]
