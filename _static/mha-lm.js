@@ -1,6 +1,6 @@
 /* The story language model of chapter 12, running in the page: type a sentence, see its heads.
  *
- * The model is as mha_lib.lm.export() writes it ("mha_lib.lm/1": config, tokenizer, weights as
+ * The model is as mha_lib.lm_export.export() writes it ("mha_lib.lm/1": config, tokenizer, weights as
  * base64 little-endian float32, PyTorch's (out, in) layout). mha_lib.viz.text_explorer.text_explorer_html
  * puts it in a <script type="application/json"> next to the explorer's markup; on the website
  * the build (mha_lib.book.sphinx_ext.split_models) moves it to a file of its own,

@@ -16,6 +16,7 @@ from torch import Tensor
 __all__ = [
     "as_tensor",
     "check_bool",
+    "check_bool_mask",
     "check_compute_dtype",
     "check_device",
     "check_not_meta",
@@ -67,6 +68,15 @@ def check_not_meta(x: Tensor, name: str) -> Tensor:
             f"numbers, {tuple(x.shape)}): pass a tensor with data, e.g. on the CPU"
         )
     return x
+
+
+def check_bool_mask(mask: object, name: str) -> Tensor:
+    """Return ``mask`` if it is a boolean tensor with values, else raise a ValueError naming ``name``."""
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise ValueError(
+            f"{name} must be a boolean torch.Tensor, got {getattr(mask, 'dtype', type(mask).__name__)}"
+        )
+    return check_not_meta(mask, name)
 
 
 def check_device(value: object, name: str = "device") -> torch.device:

@@ -38,7 +38,8 @@ from torch import Tensor, nn
 from mha_lib._checks import check_positive_int, check_tensor
 from mha_lib._modes import eval_mode
 from mha_lib._settings import rebuild
-from mha_lib.masking import check_valid_lens, padding_mask_from_valid_lens, padding_to_keep
+from mha_lib.mask_conventions import padding_mask_from_valid_lens, padding_to_keep
+from mha_lib.masking import check_valid_lens
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.timing import paired_ratio, time_paired
 

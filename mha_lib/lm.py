@@ -1,7 +1,7 @@
 """A language model you can talk to: the book's Transformer blocks trained on the library's stories.
 
 The model (:class:`StoryLM`), exactly (the in-page forward pass of the website reimplements it
-from this description and :func:`export`):
+from this description and :func:`mha_lib.lm_export.export`):
 
 1. ``x = E[ids]``: token embedding, (B, L) -> (B, L, D); no position embedding.
 2. N pre-LN blocks (:class:`mha_lib.block.TransformerBlock` with ``rope=True``), each::
@@ -29,8 +29,10 @@ Linear weights are stored PyTorch's way, (out_features, in_features). Dropout is
   shipped weights bit for bit from the seed, on one thread)
 * :meth:`StoryLM.generate`: greedy, temperature and top-k decoding of a batch of prompts of
   any lengths, with the KV cache (:class:`mha_lib.decoding.KVCache`) or without it
-* :func:`evaluate`, :func:`next_token_losses`: the loss and the accuracy at the linked positions
-* :func:`export`: the model as JSON-able data for the in-page forward pass
+* :func:`tokens_per_second`: decoding speed with and without the cache
+* measuring it on held-out stories (the loss, the accuracy at the linked positions) is
+  :mod:`mha_lib.lm_eval`'s; the model as JSON-able data for the in-page forward pass,
+  :mod:`mha_lib.lm_export`'s
 
 Shape legend
     B   batch size
@@ -44,7 +46,6 @@ Shape legend
 
 from __future__ import annotations
 
-import base64
 import math
 import numbers
 import statistics
@@ -61,16 +62,15 @@ from torch import Tensor, nn
 from mha_lib._checks import as_tensor, check_bool, check_device, check_not_meta, check_positive_int, check_size
 from mha_lib._modes import eval_mode
 from mha_lib.block import TransformerBlock
+from mha_lib.checkpoints import load_checkpoint
 from mha_lib.decoding import KVCache
-from mha_lib.stories import GENDER, RELATIONS, Story, Tokenizer, check_stories, link_mask, sample_stories
+from mha_lib.lm_eval import check_story_model, encode_stories, evaluate, held_out_stories
+from mha_lib.stories import Story, Tokenizer, sample_stories
 from mha_lib.timing import time_paired
 from mha_lib.training import (
-    model_device,
-    to_device,
     TrainResult,
     check_config,
     check_config_fields,
-    load_checkpoint,
     run_main,
     save_result,
     train_loop,
@@ -83,13 +83,8 @@ __all__ = [
     "PRETRAINED_PATH",
     "StoryLM",
     "check_model",
-    "encode_stories",
-    "evaluate",
-    "export",
-    "held_out_stories",
     "load_pretrained",
     "main",
-    "next_token_losses",
     "save",
     "tokens_per_second",
     "train",
@@ -99,11 +94,9 @@ KIND = "lm"
 """The ``kind`` of this experiment's checkpoints."""
 PRETRAINED_PATH = Path(str(resources.files("mha_lib") / "data" / "lm_stories.pt"))
 """The shipped checkpoint."""
-_HELD_OUT_SEED = 1
-"""Seed of the held-out stories. Training step s of a run with seed c reads
-``sample_stories(batch_size, 2 * (c * 10**6 + s))``: even seeds only, so no odd seed is seen."""
 _STEPS_PER_SEED = 10**6
-_EXPORT_FORMAT = "mha_lib.lm/1"
+"""Training step s of a run with seed c reads ``sample_stories(batch_size, 2 * (c * 10**6 + s))``:
+even seeds only, so the held-out stories (seed 1, :func:`mha_lib.lm_eval.held_out_stories`) are never seen."""
 _MAX_NEW_TOKENS = 10_000
 """The most tokens :meth:`StoryLM.generate` adds (the stories are about 60 tokens long)."""
 _SEEDS = 2**64
@@ -116,7 +109,7 @@ class Config:
 
     Training: AdamW, linear warm-up then cosine decay (:func:`mha_lib.training.warmup_cosine`),
     a fresh batch of stories every step; the loss and the accuracy at the linked positions of
-    :func:`held_out_stories` are logged every ``eval_every`` steps.
+    :func:`~mha_lib.lm_eval.held_out_stories` are logged every ``eval_every`` steps.
     """
 
     vocab_size: int = Tokenizer().vocab_size  # V
@@ -358,6 +351,13 @@ def _pick(logits: Tensor, temperature: float, top_k: int | None, generator) -> T
     return torch.multinomial(probs, 1, generator=generator)[:, 0]  # (B, 1) -> (B,)
 
 
+def check_model(model: object, *, interface: bool = False) -> StoryLM:
+    """``model`` if it is a :class:`StoryLM` (with ``interface``: any nn.Module with its interface, config's num_layers,
+    num_heads, vocab_size, as chapter 12b's) that reads the stories' vocabulary, else a ValueError
+    (:func:`mha_lib.lm_eval.check_story_model`)."""
+    return check_story_model(model, nn.Module if interface else StoryLM)
+
+
 def tokens_per_second(model: StoryLM, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
                       repeats: int = 5) -> dict[str, float]:
     """Greedy decoding speed with and without the KV cache, timed in turns (paired).
@@ -373,82 +373,6 @@ def tokens_per_second(model: StoryLM, prompts: Sequence[Sequence[int]], max_new_
             for name, cache in (("cache", True), ("no cache", False))}
     times = time_paired(runs, repeats=check_positive_int(repeats, "repeats"), min_time=0.2, blocks=1)
     return {name: len(prompts) * steps / statistics.median(seconds) for name, seconds in times.items()}
-
-
-# --- measuring on stories -------------------------------------------------------------------------
-
-def held_out_stories(n: int = 500) -> list[Story]:
-    """Stories from seed 1 (odd: training reads even seeds only), never trained on: every number is measured on these."""
-    return sample_stories(n, _HELD_OUT_SEED)
-
-
-def encode_stories(tokenizer: Tokenizer, stories: Sequence[Story]) -> tuple[Tensor, Tensor]:
-    """The stories' token ids padded on the right, and their lengths.
-
-    Returns:
-        ids (B, L) long (``tokenizer.pad_id`` after each story) and valid_lens (B,) long.
-    """
-    if not isinstance(tokenizer, Tokenizer):
-        raise ValueError(f"tokenizer must be a mha_lib.stories.Tokenizer, got {type(tokenizer).__name__}")
-    stories = check_stories(stories)
-    encoded = [tokenizer.encode(s.text) for s in stories]
-    lens = torch.tensor([len(e) for e in encoded])  # (B,)
-    ids = torch.full((len(encoded), int(lens.max())), tokenizer.pad_id, dtype=torch.long)  # (B, L)
-    for b, e in enumerate(encoded):
-        ids[b, : len(e)] = torch.tensor(e)
-    return ids, lens
-
-
-@torch.no_grad()
-def next_token_losses(model: nn.Module, ids: Tensor, valid_lens: Tensor, head_mask: Tensor | None = None) -> Tensor:
-    """Cross-entropy of every token given the tokens before it (eval mode).
-
-    Shapes:
-        ids: (B, L); valid_lens: (B,); head_mask: None or (N, H)
-        returns: (B, L) float, entry ``[b, i]`` the loss of token i (nats); NaN at i = 0 and
-        at padding, where nothing is predicted.
-    """
-    device = model_device(check_model(model, interface=True))  # (the data goes where the model is)
-    ids, valid_lens = (check_not_meta(x, n).to(device) if isinstance(x, Tensor) else x for x, n in ((ids, "ids"), (valid_lens, "valid_lens")))
-    with eval_mode(model):
-        logits = model(ids, valid_lens, head_mask=head_mask)  # (B, L, V)
-    valid_lens = ids.shape[1] if valid_lens is None else torch.as_tensor(valid_lens, device=device)[:, None]
-    losses = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
-    # (B, V, L-1) vs (B, L-1) -> (B, L-1): entry i-1 is the loss of token i
-    out = torch.cat([losses.new_full((ids.shape[0], 1), float("nan")), losses], dim=1)  # (B, L)
-    padding = torch.arange(ids.shape[1], device=device) >= valid_lens  # (B, L)
-    return out.masked_fill(padding, float("nan"))
-
-
-def check_model(model: object, *, interface: bool = False) -> StoryLM:
-    """``model`` if it is a :class:`StoryLM` (with ``interface``: any nn.Module with its interface, config's num_layers,
-    num_heads, vocab_size, as chapter 12b's) that reads the stories' vocabulary, else a ValueError."""
-    V, sizes = Tokenizer().vocab_size, [getattr(getattr(model, "config", None), n, None) for n in ("num_layers", "num_heads", "vocab_size")]
-    if not isinstance(model, nn.Module if interface else StoryLM) or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes) or sizes[2] != V:
-        raise ValueError(f"model must be a StoryLM{', or a module with its interface,' if interface else ''} of the stories' vocab_size {V} (config sizes num_layers, num_heads, vocab_size), got {type(model).__name__} with {sizes}")
-    return model
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, stories: Sequence[Story], head_mask: Tensor | None = None) -> dict[str, float]:
-    """Mean loss (nats per predicted token) and, per relation, the accuracy at its linked tokens.
-
-    Returns:
-        ``{"loss": ..., "antecedent": ..., "recall": ..., "possession": ...}``: the accuracy is
-        the fraction of linked tokens ``i`` that are the model's most likely token after ``0 .. i-1``.
-    """
-    stories = check_stories(stories, predict=True)
-    ids, lens = to_device(encode_stories(Tokenizer(), stories), model_device(check_model(model, interface=True)))
-    with eval_mode(model):
-        logits = model(ids, lens, head_mask=head_mask)  # (B, L, V)
-    losses = next_token_losses(model, ids, lens, head_mask)  # (B, L)
-    right = torch.zeros_like(ids, dtype=torch.bool)
-    right[:, 1:] = logits[:, :-1].argmax(-1) == ids[:, 1:]  # (B, L): token i predicted from i-1
-    result = {"loss": float(losses.nanmean())}
-    for relation in RELATIONS:
-        mask = link_mask(stories, relation, tuple(ids.shape)).to(ids.device)
-        result[relation] = float(right[mask].float().mean()) if mask.any() else float("nan")
-    return result
 
 
 # --- the experiment -------------------------------------------------------------------------------
@@ -468,7 +392,7 @@ def _batch_loss(model: StoryLM, batch: tuple[Tensor, Tensor]) -> Tensor:
 
 
 def _held_out_metrics(model: StoryLM, stories: Sequence[Story]) -> dict[str, float]:
-    """:func:`evaluate`, its loss renamed ``held_out_loss`` (the progress bar also shows the training loss)."""
+    """:func:`~mha_lib.lm_eval.evaluate`, its loss renamed ``held_out_loss`` (the progress bar also shows the training loss)."""
     return {("held_out_loss" if name == "loss" else name): value for name, value in evaluate(model, stories).items()}
 
 
@@ -486,7 +410,7 @@ def train(config: Config = Config(), *, progress: bool | TextIO = True,
     Returns:
         A :class:`~mha_lib.training.TrainResult` (model in eval mode); ``history`` holds
         ``train_loss`` (every step), ``eval_steps``, ``eval_held_out_loss`` and ``eval_<relation>`` (the
-        accuracies of :func:`evaluate` on held-out stories), ``cpu_seconds``,
+        accuracies of :func:`~mha_lib.lm_eval.evaluate` on held-out stories), ``cpu_seconds``,
         ``torch_version`` and ``vocab`` (the tokenizer's, which :func:`load_pretrained` rebuilds).
     """
     config = check_config(config, Config)
@@ -550,50 +474,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Train the story language model (the default Config reproduces the shipped "
         f"{PRETRAINED_PATH.name}) and save it.",
     )
-
-
-# --- the model in a web page ----------------------------------------------------------------------
-
-def export(model: StoryLM, tokenizer: Tokenizer) -> dict:
-    """The model and its tokenizer as JSON-able data, for a forward pass outside PyTorch.
-
-    Returns:
-        ``{"format": "mha_lib.lm/1", "config": {...}, "tokenizer": {...}, "weights": {...}}``:
-        ``config`` holds ``vocab_size, d_model, num_heads, num_kv_heads, num_layers, d_ff,
-        layer_norm_eps, rope_base``; ``tokenizer`` holds ``vocab`` (id -> token), ``pad_id``,
-        ``unk_id``, ``pattern`` (the regular expression that finds tokens in lower-cased
-        text, straight quotes for curly ones; a match ending in ``'s`` splits off ``'s``) and
-        ``names`` (tokens written with a capital); ``weights`` maps every ``state_dict`` name
-        to ``{"shape": [...], "data": base64 of little-endian float32, row-major}``.
-    """
-    if not isinstance(model, StoryLM):
-        raise ValueError(f"model must be a StoryLM, got {type(model).__name__}")
-    if not isinstance(tokenizer, Tokenizer) or tokenizer.vocab_size != model.config.vocab_size:
-        raise ValueError(f"tokenizer must be a Tokenizer of vocab_size {model.config.vocab_size}, got {tokenizer!r}")
-    cfg = model.config
-    config = {name: getattr(cfg, name) for name in ("vocab_size", "d_model", "num_heads", "num_kv_heads", "num_layers", "d_ff")}
-    config.update(layer_norm_eps=model.norm.eps, rope_base=10000.0)
-    weights = {}
-    for name, tensor in model.state_dict().items():
-        data = tensor.detach().cpu().float().contiguous().numpy().astype("<f4").tobytes()
-        weights[name] = {"shape": list(tensor.shape), "data": base64.b64encode(data).decode("ascii")}
-    return {
-        "format": _EXPORT_FORMAT, "config": config, "weights": weights,
-        "tokenizer": {"vocab": list(tokenizer.vocab), "pad_id": tokenizer.pad_id, "unk_id": tokenizer.unk_id,
-                      "pattern": Tokenizer.pattern, "names": sorted(GENDER)},
-    }
-
-
-def _from_export(data: dict) -> tuple[StoryLM, Tokenizer]:
-    """The inverse of :func:`export` (tests check the round trip)."""
-    if not isinstance(data, dict) or data.get("format") != _EXPORT_FORMAT:
-        raise ValueError(f"data must be a dict of format {_EXPORT_FORMAT!r} (from export), got {str(data)[:80]}")
-    sizes = {k: v for k, v in data["config"].items() if k not in ("layer_norm_eps", "rope_base")}
-    model = StoryLM(Config(**sizes))
-    state = {name: torch.from_numpy(np.frombuffer(base64.b64decode(w["data"]), dtype="<f4").copy()).reshape(w["shape"])
-             for name, w in data["weights"].items()}
-    model.load_state_dict(state)
-    return model.eval(), Tokenizer(data["tokenizer"]["vocab"])
 
 
 if __name__ == "__main__":

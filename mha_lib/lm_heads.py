@@ -34,7 +34,8 @@ from mha_lib._checks import check_positive_int, check_tensor
 from mha_lib._modes import eval_mode
 from mha_lib.importance import head_gates
 from mha_lib.linear import nan_weights_without_softmax
-from mha_lib.lm import check_model, encode_stories, next_token_losses
+from mha_lib.lm import check_model
+from mha_lib.lm_eval import encode_stories, next_token_losses
 from mha_lib.stories import RELATIONS, Story, Tokenizer, check_stories, link_mask
 from mha_lib.training import model_device, to_device
 

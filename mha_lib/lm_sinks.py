@@ -28,7 +28,8 @@ from mha_lib._checks import check_positive_int, check_size
 from mha_lib._modes import eval_mode
 from mha_lib.decoding import KVCache
 from mha_lib.linear import nan_weights_without_softmax
-from mha_lib.lm import StoryLM, check_model, encode_stories
+from mha_lib.lm import StoryLM, check_model
+from mha_lib.lm_eval import encode_stories
 from mha_lib.stories import Story, Tokenizer, check_stories
 from mha_lib.training import model_device, to_device
 

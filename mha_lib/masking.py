@@ -1,4 +1,4 @@
-"""Masking: the attention masks every path builds, their conventions, and the masked softmax.
+"""Masking: the one builder of an attention call's context that every path uses, and the masked softmax.
 
 Shape legend
     B   batch size (for multi-head attention after folding: B*H)
@@ -8,19 +8,18 @@ Shape legend
 
 A *valid length* says how many key-value pairs a query may look at: with ``valid_lens[b] = 3``
 every query of example ``b`` attends to keys 0, 1 and 2 only. It is given per example, shape
-(B,), or per query, shape (B, Lq) (a causal mask is ``valid_lens[b, i] = i + 1``). Valid
-lengths are one kind of mask among others (:mod:`mha_lib.masks`: causal, sliding window,
-packed documents, prefix-LM, sinks), and every attention path turns its mask into tensors in
-ONE place, :func:`visible`: the keep mask of the fused kernel, the additive bias of the weights
-path (:func:`keep_to_bias`), the rows that see nothing (zeros, never NaN), with or without a
-cache. :func:`mask_from_valid_lens` is that builder for valid lengths alone.
+(B,), or per query, shape (B, Lq) (a causal mask is ``valid_lens[b, i] = i + 1``,
+:func:`causal_valid_lens`). Valid lengths are one kind of mask among others
+(:mod:`mha_lib.masks`: causal, sliding window, packed documents, prefix-LM, sinks), and every
+attention path turns its mask into tensors in ONE place, :func:`visible`: the keep mask of the
+fused kernel, the additive bias of the weights path (:func:`keep_to_bias`), the rows that see
+nothing (zeros, never NaN), with or without a cache, and the score modification and sink
+logits, all held by a :class:`Visible`. :func:`mask_from_valid_lens` is that builder for valid
+lengths alone; :func:`masked_softmax` (d2l's, under valid lengths) and :func:`softmax_over_kept`
+(under a keep mask of any layout) are the masked softmax.
 
-Three mask conventions meet in the literature; the named helpers below convert between them:
-
-* valid lengths, as in the d2l.ai chapter;
-* a *keep* mask, ``True`` = may attend, as in ``torch.nn.functional.scaled_dot_product_attention``;
-* a *padding* mask, ``True`` = masked out, as in ``nn.MultiheadAttention`` (``key_padding_mask``)
-  and the einsum notes.
+The mask conventions (valid lengths, keep masks, padding masks) and the named converters
+between them are in :mod:`mha_lib.mask_conventions`.
 """
 
 from __future__ import annotations
@@ -31,9 +30,9 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from mha_lib._checks import (check_bool, check_compute_dtype, check_not_meta, check_size, check_tensor,
-                             quiet_when_traced, tracing)
-from mha_lib.lengths import CheckedLens, check_positions, check_valid_lens, lens_rows, read_valid_lens
+from mha_lib._checks import (check_bool, check_bool_mask, check_compute_dtype, check_not_meta, check_size,
+                             check_tensor, quiet_when_traced, tracing)
+from mha_lib.lengths import CheckedLens, check_positions, check_valid_lens, read_valid_lens
 from mha_lib.masks import Mask, causal, padding
 from mha_lib.scores import ScoreMod
 
@@ -42,19 +41,13 @@ __all__ = [
     "Visible",
     "as_mask",
     "causal_valid_lens",
-    "check_attention_mask",
     "check_positions",
     "check_valid_lens",
-    "keep_mask_from_valid_lens",
     "keep_to_bias",
-    "keep_to_padding",
     "mask_from_valid_lens",
     "masked_softmax",
-    "padding_mask_from_valid_lens",
-    "padding_to_keep",
     "read_valid_lens",
     "softmax_over_kept",
-    "valid_lens_from_keep_mask",
     "visible",
 ]
 
@@ -343,73 +336,7 @@ def _check_mask_args(valid_lens: object, num_keys: object, bias_dtype: object) -
         raise ValueError(f"bias_dtype must be None or a floating-point torch.dtype, got {bias_dtype!r}")
 
 
-def keep_mask_from_valid_lens(
-    valid_lens: Tensor | Sequence[float], num_queries: int, num_keys: int
-) -> Tensor:
-    """Boolean mask, ``True`` = may attend, from valid lengths.
-
-    Args:
-        valid_lens: (B,) or (B, Lq), checked by :func:`check_valid_lens`.
-        num_queries: Lq (1 gives a (B, 1, Lk) mask that broadcasts over the queries when the
-            lengths are per example).
-        num_keys: Lk.
-
-    Returns:
-        (B, Lq, Lk) bool: ``mask[b, i, j] = j < valid_lens[b(, i)]``.
-
-    Raises:
-        ValueError: as :func:`check_valid_lens`; per-query lengths (B, Lq) with another Lq.
-    """
-    valid_lens = check_valid_lens(valid_lens, lens_rows(valid_lens), num_queries, num_keys)
-    keep, _ = mask_from_valid_lens(valid_lens, num_keys)  # (B, 1 or Lq, Lk)
-    return keep.expand(-1, num_queries, -1).contiguous()  # (B, Lq, Lk)
-
-
-def padding_mask_from_valid_lens(valid_lens: Tensor | Sequence[float], num_keys: int) -> Tensor:
-    """``key_padding_mask`` of ``nn.MultiheadAttention`` (``True`` = masked) from (B,) lengths.
-
-    Returns:
-        (B, Lk) bool: ``mask[b, j] = j >= valid_lens[b]``.
-
-    Raises:
-        ValueError: as :func:`check_valid_lens`, or lengths that are not one per example (B,).
-    """
-    wrong = "a key padding mask holds one length per example: valid_lens must have shape (B,), got {}"
-    if isinstance(valid_lens, Tensor) and valid_lens.dim() != 1:
-        raise ValueError(wrong.format(tuple(valid_lens.shape)))
-    valid_lens = check_valid_lens(valid_lens, lens_rows(valid_lens), 1, num_keys)
-    if valid_lens.dim() != 1:
-        raise ValueError(wrong.format(tuple(valid_lens.shape)))
-    keep, _ = mask_from_valid_lens(valid_lens, num_keys)  # (B, 1, Lk)
-    return keep_to_padding(keep[:, 0])  # (B, Lk)
-
-
-def keep_to_padding(mask: Tensor) -> Tensor:
-    """Convert a keep mask (``True`` = may attend) to a padding mask (``True`` = masked).
-
-    Raises:
-        ValueError: mask not boolean (``~`` of an integer tensor flips bits, not meaning).
-    """
-    return ~_check_bool_mask(mask, "mask")
-
-
-def padding_to_keep(mask: Tensor) -> Tensor:
-    """Convert a padding mask (``True`` = masked) to a keep mask (``True`` = may attend).
-
-    Raises:
-        ValueError: mask not a boolean tensor.
-    """
-    return ~_check_bool_mask(mask, "mask")
-
-
-def _check_bool_mask(mask: object, name: str) -> Tensor:
-    """Return ``mask`` if it is a boolean tensor, else raise a ValueError naming ``name``."""
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise ValueError(
-            f"{name} must be a boolean torch.Tensor, got {getattr(mask, 'dtype', type(mask).__name__)}"
-        )
-    return check_not_meta(mask, name)
-
+# --- the masked softmax ----------------------------------------------------------------------
 
 def masked_softmax(
     X: Tensor, valid_lens: Tensor | Sequence[float] | None = None, *, inplace: bool = False
@@ -477,7 +404,7 @@ def _check_kept(X: object, keep: object, inplace: object) -> None:
         )
     check_not_meta(X, "X")
     check_compute_dtype(X, "X")
-    _check_bool_mask(keep, "keep")
+    check_bool_mask(keep, "keep")
     check_bool(inplace, "inplace")
     try:
         fits = torch.broadcast_shapes(keep.shape, X.shape) == X.shape
@@ -512,82 +439,7 @@ def _check_writable(X: Tensor, name: str) -> None:
         )
 
 
-# --- Boolean masks of any layout (used by mha_lib.variants) -------------------------------------
-
-def check_attention_mask(
-    mask: object, batch_size: int, num_queries: int, num_keys: int, name: str = "mask"
-) -> Tensor:
-    """Validate a boolean attention mask and broadcast it to (B, Lq, Lk).
-
-    The convention (keep or padding) is the caller's: this only checks type and shape. Integer
-    masks holding only 0 and 1 (as in the JAX tutorials) are accepted and read as booleans.
-
-    Shapes:
-        mask: anything broadcastable to (B, Lq, Lk), e.g. (B, 1, Lk), (Lq, Lk) or (B, Lq, Lk).
-        returns: (B, Lq, Lk) bool (an expanded view, no copy).
-
-    Args:
-        mask: the mask to check.
-        batch_size: B.
-        num_queries: Lq.
-        num_keys: Lk.
-        name: the argument's name in error messages.
-
-    Raises:
-        ValueError: not a tensor, not boolean (or 0/1 integers), on the meta device, or not
-            broadcastable.
-    """
-    if not isinstance(mask, Tensor):
-        raise ValueError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
-    check_not_meta(mask, name)
-    if not tracing():
-        for value, size in ((batch_size, "batch_size"), (num_queries, "num_queries"), (num_keys, "num_keys")):
-            check_size(value, size)
-    if mask.dtype != torch.bool:
-        zero_one = tracing() or bool(((mask == 0) | (mask == 1)).all())
-        if mask.is_floating_point() or mask.is_complex() or not zero_one:
-            raise ValueError(
-                f"{name} must be boolean (or integers 0/1), got dtype {mask.dtype}"
-            )
-        mask = mask != 0
-    target = (batch_size, num_queries, num_keys)
-    try:
-        fits = mask.dim() <= 3 and torch.broadcast_shapes(mask.shape, target) == target
-    except RuntimeError:
-        fits = False
-    if not fits:
-        raise ValueError(
-            f"{name} must be broadcastable to (B, Lq, Lk) = {target}, got shape {tuple(mask.shape)}"
-        )
-    return mask.expand(target)
-
-
-def valid_lens_from_keep_mask(keep: Tensor) -> Tensor:
-    """Per-query valid lengths from a keep mask, the inverse of :func:`keep_mask_from_valid_lens`.
-
-    Only a mask whose every row is a prefix (True ... True False ... False) is a set of valid
-    lengths; any other mask (say, one that hides a key in the middle) raises.
-
-    Shapes:
-        keep: (B, Lq, Lk) bool, True = may attend.
-        returns: (B, Lq) long.
-
-    Raises:
-        ValueError: keep not a 3-D boolean tensor, or a row that is not a prefix.
-    """
-    if not isinstance(keep, Tensor) or keep.dtype != torch.bool or keep.dim() != 3:
-        raise ValueError(
-            "keep must be a boolean tensor of shape (B, Lq, Lk), got "
-            f"{getattr(keep, 'dtype', type(keep))} of shape {tuple(getattr(keep, 'shape', ()))}"
-        )
-    check_not_meta(keep, "keep")
-    valid_lens = keep.sum(dim=-1)  # (B, Lq, Lk) -> (B, Lq)
-    if not torch.equal(keep_mask_from_valid_lens(valid_lens, keep.shape[1], keep.shape[2]), keep):
-        raise ValueError(
-            "keep is not a valid-length mask: some row is not of the form True...True False...False"
-        )
-    return valid_lens
-
+# --- valid lengths of the causal mask ---------------------------------------------------------
 
 def causal_valid_lens(batch_size: int, num_queries: int) -> Tensor:
     """Valid lengths of a causal mask: query ``i`` may attend to keys ``0 .. i``.

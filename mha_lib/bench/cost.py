@@ -50,7 +50,7 @@ from mha_lib.bench._checks import (
 )
 from mha_lib.heads import split_heads
 from mha_lib.interop import to_torch_mha
-from mha_lib.masking import keep_mask_from_valid_lens, padding_mask_from_valid_lens
+from mha_lib.mask_conventions import keep_mask_from_valid_lens, padding_mask_from_valid_lens
 from mha_lib.masks import causal as causal_mask_kind
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.timing import Ratio, paired_ratio, peak_memory, time_paired

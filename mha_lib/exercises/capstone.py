@@ -70,7 +70,7 @@ from mha_lib.exercises._capstone_hand_in import load_hand_in, save_hand_in
 from mha_lib.exercises.grading import _run_checker, max_points
 from mha_lib.exercises.runner import seeded
 from mha_lib.importance import head_gates
-from mha_lib.lm import encode_stories
+from mha_lib.lm_eval import encode_stories
 from mha_lib.lm_heads import link_weights
 from mha_lib.stories import RELATIONS, Story, Tokenizer, link_mask, sample_stories
 

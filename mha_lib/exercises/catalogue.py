@@ -444,7 +444,7 @@ MISTAKES: dict[tuple[str, str], _Mistake] = {
         "True = masked instead of True = may attend",
         "F.scaled_dot_product_attention keeps a key where a boolean attn_mask is True, the "
         "opposite of nn.MultiheadAttention's key_padding_mask. Invert with ~ "
-        "(mha_lib.masking.padding_to_keep).",
+        "(mha_lib.mask_conventions.padding_to_keep).",
     ),
     ("mask_dtype", "float01"): _Mistake(
         "a 0/1 float mask: added to the scores, it hides nothing",

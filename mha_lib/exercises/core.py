@@ -38,7 +38,8 @@ from mha_lib.exercises.runner import (
     seeded,
 )
 from mha_lib.heads import transpose_output, transpose_qkv
-from mha_lib.masking import keep_mask_from_valid_lens, masked_softmax
+from mha_lib.mask_conventions import keep_mask_from_valid_lens
+from mha_lib.masking import masked_softmax
 from mha_lib.multihead import MultiHeadAttention
 
 __all__ = [

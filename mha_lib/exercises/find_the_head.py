@@ -49,9 +49,10 @@ from torch import Tensor, nn
 from mha_lib import digits, induction, lm
 from mha_lib.exercises.capstone import CapstoneReport
 from mha_lib.importance import head_gates
+from mha_lib.lm_eval import encode_stories
 from mha_lib.lm_heads import _link_losses, link_weights
-from mha_lib.stories import RELATIONS, sample_stories
-from mha_lib.training import load_checkpoint
+from mha_lib.stories import RELATIONS, Tokenizer, sample_stories
+from mha_lib.checkpoints import load_checkpoint
 
 __all__ = [
     "BONUS_PER_ROLE",
@@ -215,7 +216,7 @@ def _induction_measures(model: induction.AttentionOnlyTransformer, seed: int) ->
 def _story_measures(model: lm.StoryLM, seed: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     stories = sample_stories(300, seed)
     shape = (model.config.num_layers, model.config.num_heads)
-    ids, lens = lm.encode_stories(lm.Tokenizer(), stories)
+    ids, lens = encode_stories(Tokenizer(), stories)
     with torch.no_grad():
         _, weights = model(ids, lens, need_weights=True)  # (B, N, H, L, L)
     relations = RELATIONS

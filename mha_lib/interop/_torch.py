@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from mha_lib._settings import build
-from mha_lib.masking import keep_mask_from_valid_lens, keep_to_padding
+from mha_lib.mask_conventions import keep_mask_from_valid_lens, keep_to_padding
 from mha_lib.multihead import MultiHeadAttention
 
 __all__ = ["from_torch_mha", "to_torch_mha"]

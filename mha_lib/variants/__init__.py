@@ -13,7 +13,7 @@ keeps the training mode of its source (equalities hold in eval mode, where dropo
 * :class:`ColumnMajorMultiHeadAttention`: GeometricMachineLearning.jl, tokens as columns
   (D, L) per example, per-head projections that may live on the Stiefel manifold.
 
-Mask conventions are converted with the named helpers of :mod:`mha_lib.masking`.
+Mask conventions are converted with the named helpers of :mod:`mha_lib.mask_conventions`.
 """
 
 from mha_lib.variants.column_major import ColumnMajorMultiHeadAttention

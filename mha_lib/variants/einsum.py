@@ -32,7 +32,8 @@ from torch import Tensor, nn
 
 from mha_lib._checks import check_positive_int, check_probability
 from mha_lib.attention import fit_queries
-from mha_lib.masking import check_attention_mask, padding_to_keep, softmax_over_kept
+from mha_lib.mask_conventions import check_attention_mask, padding_to_keep
+from mha_lib.masking import softmax_over_kept
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.variants._common import (
     check_qkv_for,

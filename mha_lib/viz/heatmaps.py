@@ -24,7 +24,8 @@ import plotly.graph_objects as go
 import torch
 
 from mha_lib._checks import check_positive_int
-from mha_lib.masking import check_valid_lens, keep_mask_from_valid_lens, keep_to_padding
+from mha_lib.mask_conventions import keep_mask_from_valid_lens, keep_to_padding
+from mha_lib.masking import check_valid_lens
 from mha_lib.viz.layout import (
     MARGIN_BOTTOM_PX,
     MARGIN_TOP_PX,

@@ -3,7 +3,7 @@
 * :func:`explore_text`: live in Jupyter (ipywidgets and a plotly ``FigureWidget``; needs a
   kernel). Every change of its text box runs :class:`mha_lib.lm.StoryLM` again.
 * :func:`text_explorer_html`: the same on the website, without a kernel. The fragment holds the
-  model as :func:`mha_lib.lm.export` writes it, and ``_static/mha-lm.js`` runs its forward
+  model as :func:`mha_lib.lm_export.export` writes it, and ``_static/mha-lm.js`` runs its forward
   pass in the browser (the book's Sphinx extension loads that script on the page, and moves the
   model into a file of its own that the page loads when the reader reaches the explorer).
 
@@ -44,6 +44,7 @@ import torch
 from mha_lib import lm
 from mha_lib._modes import eval_mode
 from mha_lib.linear import GatedDeltaNet, nan_weights_without_softmax
+from mha_lib.lm_export import export
 from mha_lib.stories import Tokenizer
 from mha_lib.viz.heatmaps import MASKED_COLOR, colour_stops
 
@@ -432,7 +433,7 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
 
     The fragment holds the controls (a form with ``<input id="lm-input">`` and the layer
     choice, which stays on screen while the reader scrolls through the figure; example
-    buttons), an empty figure div, and the model as :func:`mha_lib.lm.export` writes it, in a
+    buttons), an empty figure div, and the model as :func:`mha_lib.lm_export.export` writes it, in a
     ``<script type="application/json">``. ``_static/mha-lm.js`` (loaded by
     :mod:`mha_lib.book.sphinx_ext` on the page, after plotly.js) runs the forward pass and draws
     the figure as :func:`explore_text` does. On the website the build moves the model into
@@ -450,7 +451,7 @@ def text_explorer_html(model: lm.StoryLM | None = None, tokenizer: Tokenizer | N
     """
     model, tokenizer = _check_pair(model, tokenizer)
     text, layer = _check_text(text), _check_layer(layer, model)
-    exported = lm.export(model, tokenizer)
+    exported = export(model, tokenizer)
     exported["config"]["layers"] = _kinds(model)  # the page's forward pass runs each layer's kind
     exported = json.dumps(exported, separators=(",", ":")).replace("</", "<\\/")
     settings = json.dumps({"max_tokens": _MAX_TOKENS, "continuation_tokens": _CONTINUATION_TOKENS,

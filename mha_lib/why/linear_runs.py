@@ -31,7 +31,8 @@ import torch
 
 from mha_lib._modes import eval_mode
 from mha_lib.linear import DeltaNet, GatedDeltaNet, LinearAttention, state_bytes
-from mha_lib.lm import Config, StoryLM, encode_stories, evaluate, held_out_stories
+from mha_lib.lm import Config, StoryLM
+from mha_lib.lm_eval import encode_stories, evaluate, held_out_stories
 from mha_lib.stories import RELATIONS, Story, Tokenizer
 from mha_lib.training import TrainResult, load_model, save_result
 from mha_lib.why._common import Outcome, parameter_count, summarise_curve

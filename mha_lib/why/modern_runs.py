@@ -26,7 +26,8 @@ from torch import nn
 
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.latent import LatentAttention
-from mha_lib.lm import Config, StoryLM, encode_stories, evaluate, held_out_stories, train
+from mha_lib.lm import Config, StoryLM, train
+from mha_lib.lm_eval import encode_stories, evaluate, held_out_stories
 from mha_lib.lm_sinks import sink_mass, streaming_losses
 from mha_lib.stories import RELATIONS, Tokenizer, sample_stories
 from mha_lib.why._common import Outcome, parameter_count, summarise_curve

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from mha_lib.decoding import kv_cache_bytes
 from mha_lib.digits import Config, DigitAttentionModel
-from mha_lib.lm import evaluate, held_out_stories
+from mha_lib.lm_eval import evaluate, held_out_stories
 from mha_lib.why._common import Outcome, SequenceModel, fit, parameter_count, seeded, summarise_curve
 from mha_lib.why.modern_runs import learned_at, link_curves, story_config, story_run
 from mha_lib.why.digit_runs import _digit_outcome, _train, _unscaled, scale_trial

@@ -367,7 +367,7 @@ def test_the_language_model_generates_on_the_inputs_device():
 
 
 def test_the_experiments_measure_on_the_models_device():
-    from mha_lib import digits, induction, lm, lm_heads, lm_sinks
+    from mha_lib import digits, induction, lm_eval, lm_heads, lm_sinks
     from mha_lib.stories import sample_stories
 
     torch.manual_seed(0)
@@ -381,7 +381,7 @@ def test_the_experiments_measure_on_the_models_device():
         "digits": lambda: (digits.accuracy(digit_model, batch), digits.example_losses(digit_model, batch)),
         "induction": lambda: (induction.half_losses(induction_model, tokens),
                               induction.head_scores(induction_model, tokens)),
-        "lm": lambda: lm.evaluate(story_model, stories),
+        "lm": lambda: lm_eval.evaluate(story_model, stories),
         "lm_heads": lambda: (lm_heads.find_heads(story_model, stories), lm_heads.ablate(story_model, stories)),
         "lm_sinks": lambda: (lm_sinks.sink_mass(story_model, stories),
                              lm_sinks.streaming_losses(story_model, stories, length=12, window=4, num_sinks=1)),

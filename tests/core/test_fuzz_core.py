@@ -21,7 +21,7 @@ from mha_lib.block import TransformerBlock
 from mha_lib.decoding import KVCache
 from mha_lib.flash import tiled_attention
 from mha_lib.gqa import GroupedQueryAttention, grouped_attention
-from mha_lib.masking import keep_mask_from_valid_lens
+from mha_lib.mask_conventions import keep_mask_from_valid_lens
 
 SETTINGS = settings(max_examples=40, deadline=None)
 

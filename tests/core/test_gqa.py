@@ -10,7 +10,8 @@ from mha_lib import MultiHeadAttention
 from mha_lib.decoding import KVCache, kv_cache_bytes
 from mha_lib.gqa import GroupedQueryAttention, grouped_attention, kv_head_of
 from mha_lib.heads import merge_heads, split_heads
-from mha_lib.masking import causal_valid_lens, keep_mask_from_valid_lens
+from mha_lib.mask_conventions import keep_mask_from_valid_lens
+from mha_lib.masking import causal_valid_lens
 
 
 def _reference(gqa, queries, keys, values, valid_lens=None):

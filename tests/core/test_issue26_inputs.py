@@ -13,7 +13,8 @@ from mha_lib.flash import tiled_attention
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.importance import attention_entropy
 from mha_lib.positions import frequencies, rotary
-from mha_lib.training import load_checkpoint, warmup_cosine
+from mha_lib.checkpoints import load_checkpoint
+from mha_lib.training import warmup_cosine
 
 
 @pytest.mark.parametrize("eps", [math.nan, math.inf, 0.0, -1e-5])

@@ -1,4 +1,4 @@
-"""Tests for mha_lib.variants and the boolean-mask helpers of mha_lib.masking.
+"""Tests for mha_lib.variants and the boolean-mask helpers of mha_lib.mask_conventions.
 
 Every equality between a variant and MultiHeadAttention is checked on hypothesis-generated
 shapes and valid-length masks (per example, per query, causal), in float32 and float64.

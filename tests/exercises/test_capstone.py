@@ -18,7 +18,8 @@ import torch
 from mha_lib.block import TransformerBlock
 from mha_lib.book import assignments
 from mha_lib.exercises import capstone
-from mha_lib.lm import Config, StoryLM, encode_stories, held_out_stories, load_pretrained, train
+from mha_lib.lm import Config, StoryLM, load_pretrained, train
+from mha_lib.lm_eval import encode_stories, held_out_stories
 from mha_lib.lm_heads import ablate, find_heads, link_weights
 from mha_lib.multihead import MultiHeadAttention
 from mha_lib.positions import rotary

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from mha_lib import digits, induction, lm
+from mha_lib import digits, induction, lm, lm_eval
 from mha_lib.exercises import find_the_head as fth
 from mha_lib.exercises._find_the_head_build import _permute_heads, main
 from mha_lib.importance import head_gates
 from mha_lib.lm_heads import link_weights
-from mha_lib.stories import RELATIONS, link_mask, sample_stories
+from mha_lib.stories import RELATIONS, Tokenizer, link_mask, sample_stories
 
 NAMES = sorted(fth.CHALLENGES)
 
@@ -67,14 +67,14 @@ def _induction_heads(model: induction.AttentionOnlyTransformer) -> tuple[dict, T
 
 
 def _story_heads(model: lm.StoryLM) -> tuple[dict, dict]:
-    stories = lm.held_out_stories(300)  # the student's stories (seed 1), not the grader's
-    ids, lens = lm.encode_stories(lm.Tokenizer(), stories)
+    stories = lm_eval.held_out_stories(300)  # the student's stories (seed 1), not the grader's
+    ids, lens = lm_eval.encode_stories(Tokenizer(), stories)
     N, H = model.config.num_layers, model.config.num_heads
     masks = {r: link_mask(stories, r, tuple(ids.shape)) for r in RELATIONS}
     unlinked = ~(masks["antecedent"] | masks["recall"] | masks["possession"])
 
     def losses(mask=None) -> dict:
-        per_token = lm.next_token_losses(model, ids, lens, mask)  # (B, L), NaN where nothing is predicted
+        per_token = lm_eval.next_token_losses(model, ids, lens, mask)  # (B, L), NaN where nothing is predicted
         out = {r: float(per_token[m].mean()) for r, m in masks.items()}
         return {**out, "rest": float(per_token[unlinked].nanmean())}
 

@@ -27,8 +27,9 @@ from mha_lib.digits import (
     token_labels,
     train,
 )
-from mha_lib.masking import padding_mask_from_valid_lens
-from mha_lib.training import TrainResult, load_checkpoint
+from mha_lib.mask_conventions import padding_mask_from_valid_lens
+from mha_lib.checkpoints import load_checkpoint
+from mha_lib.training import TrainResult
 
 PAD = VOCAB_SIZE
 TARGET = 0.95

@@ -23,7 +23,8 @@ from mha_lib.induction import (
     save,
     train,
 )
-from mha_lib.training import TrainResult, load_checkpoint
+from mha_lib.checkpoints import load_checkpoint
+from mha_lib.training import TrainResult
 
 THRESHOLD = 0.8
 SHORT = Config(steps=6, batch_size=4, eval_every=3, min_half_len=3, max_half_len=5,

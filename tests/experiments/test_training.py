@@ -1,4 +1,4 @@
-"""mha_lib.training: the one training loop, the schedule, and the one checkpoint format."""
+"""mha_lib.training: the one training loop, the schedule; and the one checkpoint format, mha_lib.checkpoints."""
 
 import io
 import os
@@ -9,15 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from mha_lib.training import (
-    TrainResult,
-    load_checkpoint,
-    load_model,
-    save_checkpoint,
-    save_result,
-    train_loop,
-    warmup_cosine,
-)
+from mha_lib.checkpoints import load_checkpoint, save_checkpoint
+from mha_lib.training import TrainResult, load_model, save_result, train_loop, warmup_cosine
 
 # --- the schedule -----------------------------------------------------------------------------
 

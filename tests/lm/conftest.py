@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from mha_lib.lm import Config, StoryLM, held_out_stories, load_pretrained
+from mha_lib.lm import Config, StoryLM, load_pretrained
+from mha_lib.lm_eval import held_out_stories
 from mha_lib.stories import Tokenizer
 
 SMALL = Config(d_model=16, num_heads=4, num_kv_heads=4, num_layers=2, d_ff=32, steps=4,

@@ -10,25 +10,11 @@ import json
 import pytest
 import torch
 
-from mha_lib.lm import (
-    _HELD_OUT_SEED,
-    KIND,
-    PRETRAINED_PATH,
-    Config,
-    StoryLM,
-    _from_export,
-    encode_stories,
-    evaluate,
-    export,
-    load_pretrained,
-    main,
-    next_token_losses,
-    save,
-    tokens_per_second,
-    train,
-)
+from mha_lib.lm import KIND, PRETRAINED_PATH, Config, StoryLM, load_pretrained, main, save, tokens_per_second, train
+from mha_lib.lm_eval import _HELD_OUT_SEED, encode_stories, evaluate, next_token_losses
+from mha_lib.lm_export import _from_export, export
 from mha_lib.stories import RELATIONS, Tokenizer
-from mha_lib.training import load_checkpoint
+from mha_lib.checkpoints import load_checkpoint
 
 PROMPTS = ["Mia has a red kite.", "Leo", "One day, Ada and Tom go to the park. Ada has a blue ball. Tom",
            "Kim sees a gold duck. Kim sings because"]

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from mha_lib.lm import encode_stories, evaluate, held_out_stories
+from mha_lib.lm_eval import encode_stories, evaluate, held_out_stories
 from mha_lib.lm_heads import (
     _HeadFinding,
     ablate,

@@ -17,7 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mha_lib import lm, lm_heads
+from mha_lib import lm, lm_eval, lm_export, lm_heads
 from mha_lib.stories import Story, Tokenizer, check_stories, link_mask, sample_stories
 
 STORIES = sample_stories(3, 0)
@@ -133,18 +133,18 @@ def test_generate(model, junk, which):
 def test_next_token_losses(model, junk, which):
     args = {"model": model, "ids": torch.tensor([[2, 3, 4], [5, 6, 0]]), "valid_lens": torch.tensor([3, 2]),
             which: junk}
-    _accepts_or_refuses(lambda: lm.next_token_losses(**args))
+    _accepts_or_refuses(lambda: lm_eval.next_token_losses(**args))
 
 
 @FUZZ
 @given(junk=JUNK, which=st.sampled_from(["model", "stories", "head_mask"]))
 def test_evaluate_and_encode(model, junk, which):
     args = {"model": model, "stories": STORIES, which: junk}
-    result = _accepts_or_refuses(lambda: lm.evaluate(**args))
+    result = _accepts_or_refuses(lambda: lm_eval.evaluate(**args))
     assert result is None or math.isfinite(result["loss"])
-    _accepts_or_refuses(lambda: lm.encode_stories(TOKENIZER, junk))
-    _accepts_or_refuses(lambda: lm.encode_stories(junk, STORIES))
-    _accepts_or_refuses(lambda: lm.export(junk, TOKENIZER))
+    _accepts_or_refuses(lambda: lm_eval.encode_stories(TOKENIZER, junk))
+    _accepts_or_refuses(lambda: lm_eval.encode_stories(junk, STORIES))
+    _accepts_or_refuses(lambda: lm_export.export(junk, TOKENIZER))
     try:  # a path where no file is, is the documented FileNotFoundError
         _accepts_or_refuses(lambda: lm.load_pretrained(junk))
     except FileNotFoundError:
@@ -194,8 +194,8 @@ def test_bigram(junk, which):
     (lambda m: TOKENIZER.decode(torch.tensor([2.7])), "ids must be"),
     (lambda m: m.generate([[2]], 2, temperature=1.0, seed=2**64), "seed must be"),
     (lambda m: m.generate([[2]], 10**6), "max_new_tokens must be"),
-    (lambda m: lm.evaluate(None, STORIES), "model must be"),
-    (lambda m: lm.evaluate(m, [ONE]), "at least two tokens"),
+    (lambda m: lm_eval.evaluate(None, STORIES), "model must be"),
+    (lambda m: lm_eval.evaluate(m, [ONE]), "at least two tokens"),
     (lambda m: m(torch.tensor([[2, 3]]), head_mask=torch.full((2, 4), 1e30)), "head_mask must"),
     (lambda m: m(torch.tensor([[2, 3]]), head_mask=torch.full((2, 4), float("nan"))), "head_mask must"),
     (lambda m: sample_stories(10**7, 0), "n must be at most"),

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from mha_lib.lm import encode_stories, held_out_stories
+from mha_lib.lm_eval import encode_stories, held_out_stories
 from mha_lib.lm_sinks import sink_mass, streaming_losses
 from mha_lib.stories import Tokenizer
 

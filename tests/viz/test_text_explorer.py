@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from mha_lib import lm
+from mha_lib import lm, lm_export
 from mha_lib.linear import GatedDeltaNet, nan_weights_without_softmax
 from mha_lib.stories import Tokenizer
 from mha_lib.viz import explore_text, text_explorer_html
@@ -169,8 +169,8 @@ def test_defaults_are_the_shipped_model(model, monkeypatch):
 
 
 def _exported(model: lm.StoryLM, kinds: tuple[str, ...] = ("softmax", "softmax")) -> dict:
-    """lm.export's data, with the kind of each layer that the page runs."""
-    data = lm.export(model, TOKENIZER)
+    """lm_export.export's data, with the kind of each layer that the page runs."""
+    data = lm_export.export(model, TOKENIZER)
     data["config"]["layers"] = list(kinds)
     return data
 

@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from mha_lib.lm import encode_stories, held_out_stories, load_pretrained
+from mha_lib.lm import load_pretrained
+from mha_lib.lm_eval import encode_stories, held_out_stories
 from mha_lib.lm_sinks import streaming_losses
 from mha_lib.stories import RELATIONS, Tokenizer
 from mha_lib.viz import today

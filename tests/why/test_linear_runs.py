@@ -7,7 +7,8 @@ import math
 import pytest
 
 from mha_lib.linear import GatedDeltaNet
-from mha_lib.lm import PRETRAINED_PATH, StoryLM, evaluate, held_out_stories
+from mha_lib.lm import PRETRAINED_PATH, StoryLM
+from mha_lib.lm_eval import evaluate, held_out_stories
 from mha_lib.stories import RELATIONS
 from mha_lib.why import EXPERIMENTS, STATE, THREATS, load_results, run
 from mha_lib.why.linear_runs import HYBRID_PATH, LINEAR_VARIANTS, _accuracy_by_distance, _measured, load_hybrid
