@@ -261,8 +261,8 @@ def _figure(reading: _Reading, layer: int, num_layers: int, num_heads: int) -> t
     traces = []
     for n in range(num_layers):
         for h in range(H):
-            w = reading.weights[n, h]  # (L, L)
-            z = [[float(w[i, j]) if j <= i else None for j in range(L)] for i in range(L)]
+            w = reading.weights[n, h].tolist()  # (L, L); NaN in a layer without weights (Gated DeltaNet)
+            z = [[w[i][j] if j <= i and w[i][j] == w[i][j] else None for j in range(L)] for i in range(L)]
             axis = "" if h == 0 else str(h + 1)
             traces.append({
                 "type": "heatmap", "z": z, "x": list(range(L)), "y": list(range(L)),

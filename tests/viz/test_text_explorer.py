@@ -236,6 +236,8 @@ def test_a_hybrid_shows_its_softmax_layer_and_says_why(model):
     assert len(notes) == 1 and "Layer 0 is a Gated DeltaNet layer" in notes[0] and "no attention weights" in notes[0]
     weights = explorer.reading.weights  # (N, H, L, L)
     assert np.isnan(weights[0]).all()
+    sent = [v for trace in explorer.figure.data for row in trace.z for v in row if v is not None]
+    assert not np.isnan(sent).any()  # a NaN would make the widget's messages fail to serialise
     with torch.no_grad(), nan_weights_without_softmax(hybrid):
         _, expected = hybrid(torch.tensor([TOKENIZER.encode(text)]), need_weights=True)
     np.testing.assert_allclose(weights[1], expected[0, 1].double().numpy())
