@@ -199,5 +199,7 @@ def test_search_shows_the_words_searched_for(open_context, site_url, viewport):
         assert result["bytes"] < 1_000_000, f"{query!r} downloads {result['bytes']} bytes"
         if query == "rotary":  # the chapter that teaches rotary positions first
             assert result["hits"][0]["title"] == "Positions, cross-attention and the Transformer block"
-        if query == "softmax":
-            assert result["hits"][0]["title"] == "The model"
+        if query == "softmax":  # the chapter that defines it, or the one named after it, first
+            titles = [h["title"] for h in result["hits"][:2]]
+            assert "The model" in titles, titles
+            assert titles[0] in ("The model", "What softmax buys: linear attention and the hybrids"), titles
