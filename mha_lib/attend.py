@@ -56,6 +56,7 @@ def attend_heads(
     need_weights: bool = False,
     gates: Tensor | None = None,
     nonfinite: NonFiniteRule | Callable[[], NonFiniteRule | None] | None = None,
+    fresh_q: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """The attention of every head at once: the one computation all attention layers share.
 
@@ -84,7 +85,9 @@ def attend_heads(
     Args:
         attention: gives the dropout rate (in training mode), and computes the weights path.
         nonfinite: ``MultiHeadAttention``'s rule for NaN and infinite inputs (or a function
-            that works it out, called only when needed: see :func:`_guards_after`), or None.
+            that works it out, called only when needed: see :func:`_read_first`), or None.
+        fresh_q: q is the caller's own new tensor (its projection): outside autograd the
+            guards divide it in place.
 
     Raises:
         ValueError: tensors of other shapes, dtypes or devices, ``attention`` not a
@@ -97,7 +100,9 @@ def attend_heads(
         nonfinite = nonfinite() if callable(nonfinite) else nonfinite
         if nonfinite is not None:
             k, v = nonfinite.usable(k), nonfinite.usable(v)
-        q = fit_queries(q, k)  # query rows whose scores could overflow: scaled down (see there)
+        # query rows whose scores could overflow: divided down (see there)
+        q = fit_queries(q, k, finite_keys=nonfinite is not None,
+                        in_place=fresh_q and not (q.requires_grad and torch.is_grad_enabled() or tracing()))
     fast = None if need_weights else _attend_fused(q, k, v, seen, attention, nonfinite)
     out, weights = fast if fast is not None else _attend_folded(q, k, v, seen, attention, nonfinite)
     weights = weights if need_weights else None
@@ -174,8 +179,8 @@ def _attend_fused(q, k, v, seen, attention, nonfinite) -> tuple[Tensor, None] | 
                                          is_causal=is_causal, enable_gqa=_grouped(q, k))  # (B, H, Lq, d)
     # Write over the kernel's output, unless autograd keeps it (or a graph is being recorded)
     mine = not (out.requires_grad or tracing())
-    empty = seen.with_heads().empty  # (B or 1, 1, Lq or 1, 1)
-    if empty is not None:  # a query that sees nothing attended anywhere: zero it
+    if seen.empty is not None:  # a query that sees nothing attended anywhere: zero it
+        empty = seen.empty[:, None]  # (B or 1, Lq or 1, 1) -> (B or 1, 1, Lq or 1, 1)
         out = out.masked_fill_(empty, 0.0) if mine else out.masked_fill(empty, 0.0)
     return (out if nonfinite is None else nonfinite.spoil(out, inplace=mine)), None
 

@@ -87,45 +87,73 @@ def _score_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def fit_queries(queries: Tensor, keys: Tensor) -> Tensor:
-    """The queries, each row scaled down by a power of two where its scores could overflow.
+def fit_queries(queries: Tensor, keys: Tensor, *, finite_keys: bool = False,
+                in_place: bool = False) -> Tensor:
+    """The queries, each row divided down where its scores could overflow.
 
     A dot product of finite vectors can pass the largest float (float32 inputs near 1e20) and
     become inf, and the softmax then gives NaN. Every term ``|q_i| |k_i|`` of a score of query
     row q is at most ``|q_i| M_i`` with ``M_i`` the largest ``|k_i|`` of the keys, so a score is
     at most ``d max_i |q_i| M_i``: where that bound passes 2**100 in float32 (2**996 in
-    float64; the dtype of the scores, :func:`_score_dtype`), the row is multiplied by the power of two that brings it below.
-    Everywhere else the factor is exactly 1 and nothing changes: ordinary inputs give the
-    same bits. A scaled row's softmax has a higher temperature, which changes only score
-    differences far below the rounding error of such large dot products (2**100 / d is
-    2**76 times more than the 1/eps = 2**24 that float32 could resolve). Computed on the device,
-    without reading a value (no host synchronisation); NaN and infinite entries are left to
-    the rule of their layer (they neither set nor get a factor).
+    float64; the dtype of the scores, :func:`_score_dtype`), the row is divided by the bound
+    over 2**100, which brings it down to the limit. Everywhere else the divisor is exactly 1
+    and nothing changes: ordinary inputs give the same bits. A divided row's softmax has a
+    higher temperature, which changes only score differences far below the rounding error of
+    such large dot products (2**100 / d is 2**76 times more than the 1/eps = 2**24 that
+    float32 could resolve).
+
+    Five operations on the device, without reading a value (no host synchronisation): M, one
+    reduction over the keys; the terms ``|q_i| M_i d / 2**100``, in float64, where no product
+    of two float32 overflows; their largest; the divisor, at least 1; the division. (float64
+    inputs are fitted while each ``|q_i| M_i`` stays below 2**2014.) A row with a NaN or inf
+    gets a NaN or inf bound and stays broken: the rule of its layer makes it NaN.
 
     Shapes:
         queries: (..., Lq, d); keys: (..., Lk, d) with leading axes that broadcast to the
             queries', or (B, Hkv, Lk, d) for queries (B, H, Lq, d) (query head h meets key head
             h // (H / Hkv), as in grouped-query attention).
         returns: queries' shape and dtype.
+
+    Args:
+        finite_keys: the keys are finite, or every row that may meet a NaN or inf key is made
+            NaN by the rule of its layer (:class:`NonFiniteRule`): M is taken over the keys as
+            they are. Otherwise (False) NaN and inf keys are left out of M (one operation more).
+        in_place: divide ``queries`` in place: a tensor the caller owns (a projection), outside
+            autograd (one operation less: no copy back to the queries' dtype).
     """
     _check_operands(queries=queries, keys=keys)
     _check_leading_axes(queries, keys)
     if keys.shape[-2] == 0 or queries.shape[-1] == 0:
         return queries  # no score at all
+    limit = int(math.log2(torch.finfo(_score_dtype(queries.dtype)).max)) - _HEADROOM
     with torch.no_grad():  # (few operations: each is a kernel launch on a GPU)
-        dtype = torch.float64 if queries.dtype == torch.float64 else torch.float32
-        k = keys.detach().to(dtype)
-        finite = torch.nan_to_num(k.abs(), nan=0.0, posinf=0.0)  # |k|, 0 for NaN and inf
-        largest = finite.amax(-2, keepdim=True)  # (..., 1, d)
-        if queries.dim() == 4 and largest.shape[1] not in (1, queries.shape[1]):
-            largest = largest.repeat_interleave(queries.shape[1] // largest.shape[1], dim=1)
-        # log2 of the bound d * max_i |q_i| M_i, without forming the (overflowing) product
-        terms = queries.detach().to(dtype).abs().log2() + largest.log2()  # (..., Lq, d)
-        limit = int(math.log2(torch.finfo(_score_dtype(queries.dtype)).max)) - _HEADROOM
-        # -shift, shift = log2(bound) - limit: 0 below the limit, or for a NaN or inf row
-        room = (limit - math.log2(queries.shape[-1]) - terms.amax(-1)).clamp(max=0)  # (..., Lq)
-        factor = torch.exp2(torch.nan_to_num(room, nan=0.0, neginf=0.0).floor())  # 1, or 2**-n
-    return queries * factor[..., None].to(queries.dtype)
+        q, k = queries.detach(), keys.detach()
+        if not finite_keys:  # NaN and inf keys: left to the rule of their layer
+            k = torch.nan_to_num(k, nan=0.0, posinf=0.0, neginf=0.0)
+        largest = torch.linalg.vector_norm(k, math.inf, dim=-2, keepdim=True, dtype=torch.float64)  # M: (..., 1, d)
+        grouped = q.dim() == 4 and largest.shape[1] not in (1, q.shape[1])
+        if grouped:  # query head h meets key head h // g
+            q = q.unflatten(1, (largest.shape[1], -1))  # (B, H, Lq, d) -> (B, Hkv, g, Lq, d)
+            largest = largest[:, :, None]  # (B, Hkv, 1, d) -> (B, Hkv, 1, 1, d)
+        # q_i M_i d / 2**limit (the norm takes |.|), float64: 0 + value * q * M in one pass
+        terms = torch.addcmul(_zero(q.device), q, largest, value=q.shape[-1] * 2.0**-limit)
+        bound = torch.linalg.vector_norm(terms, math.inf, dim=-1, keepdim=True)  # (..., Lq, 1)
+        divisor = bound.clamp(min=1.0)  # 1 below the limit: the same bits
+        if grouped:
+            divisor = divisor.flatten(1, 2)  # (B, Hkv, g, Lq, 1) -> (B, H, Lq, 1)
+    if in_place:
+        return queries.div_(divisor)  # (float64 divisor: computed wide, written in the queries' dtype)
+    return (queries / divisor).to(queries.dtype)
+
+
+_ZEROS: dict[torch.device, Tensor] = {torch.device("cpu"): torch.zeros((), dtype=torch.float64)}
+
+
+def _zero(device: torch.device) -> Tensor:
+    """A float64 zero on ``device``, made once (a constant, not an allocation per call)."""
+    if device not in _ZEROS:
+        _ZEROS[device] = torch.zeros((), dtype=torch.float64, device=device)
+    return _ZEROS[device]
 
 
 def guards_change_nothing(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -364,31 +392,60 @@ def _broken(queries: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tens
     return rows, _sum(keys, -1) if values is keys else _sum(keys, -1) + _sum(values, -1)
 
 
+def _wide(x: Tensor) -> Tensor:
+    """x, whose sums in float64 cannot overflow (a float64 x: times 0, NaN for inf and NaN)."""
+    return x * 0 if x.dtype == torch.float64 else x
+
+
+def _total(x: Tensor) -> Tensor:
+    """(B, L, .) -> (B,): the sum in float64, finite exactly when every entry is (float32
+    values, at most 2**128 each, cannot add up past float64's range)."""
+    return _wide(x).sum((1, 2), dtype=torch.float64)
+
+
+def _running(x: Tensor) -> Tensor:
+    """(B, L, .) -> (B, L): the running sum over the rows 0..l, in float64, finite exactly when
+    they are (one pass: the entries laid end to end, each row read at its last entry)."""
+    B, L, n = x.shape
+    flat = _wide(x).reshape(B, L * n).cumsum(-1, dtype=torch.float64)  # (B, L*n)
+    return flat[:, n - 1::n]  # (B, L*n) -> (B, L): the running sum at each row's last entry
+
+
+def _pairs(keys: Tensor, values: Tensor, total) -> Tensor:
+    """``total`` of the keys and of the values, once for one tensor passed twice."""
+    return total(keys) if values is keys else total(keys) + total(values)
+
+
 class NonFiniteRule(NamedTuple):
-    """The rule for NaN and inf inputs, the same on both paths of ``MultiHeadAttention``.
+    """The rule for NaN and inf inputs, the same on every path of ``MultiHeadAttention``.
 
     A query's output row (and its weights) is NaN when the query itself, or a key or value it
     may attend to, holds a NaN or an infinity (and the query attends to something); an infinity
     or NaN in a key or value that the query may *not* attend to does not reach it.
 
     :meth:`of` works the rule out on the device, without reading a value (no host
-    synchronisation): ``spoil`` adds 0 to the rows that follow it and NaN to the broken ones,
-    and ``usable`` zeroes the keys and values that hold a non-finite number (which a masked
-    query would otherwise meet in the kernels' additive masks: x - inf is NaN for x = inf).
+    synchronisation): ``rows`` holds, for each query, a number that is finite exactly when
+    the row is intact; ``spoil`` adds ``0 * rows`` (0, or NaN: 0 * inf is NaN), and ``usable``
+    zeroes the keys' and values' NaN and inf entries, which a masked query would otherwise
+    meet in the kernels (x - inf is NaN for x = inf; 0 * inf is NaN).
 
     Attributes:
-        nan_rows: (B, Lq), 0 or NaN.
-        broken_kv: (B, Lk) bool, the key-value pairs with a NaN or an infinity; None when no
-            pair needs zeroing (without a mask every query that may attend to a pair is broken
-            by it anyway).
+        rows: (B, Lq), or (B, 1) when a row's fate is its example's: finite for an intact
+            row, inf or NaN for a broken one.
+        zero_kv: whether ``usable`` zeroes: False without a mask (every query that may attend
+            to a broken pair is broken by it anyway).
     """
 
-    nan_rows: Tensor
-    broken_kv: Tensor | None
+    rows: Tensor
+    zero_kv: bool
 
     @classmethod
     def of(cls, queries: Tensor, keys: Tensor, values: Tensor, keep: Tensor | Visible | None):
         """The rule for these inputs (None when no key could break a row: Lk = 0).
+
+        One operation for a self-attention's one input: without a mask its sum over each
+        example (any inf or NaN breaks every row); causal, its running sum (:func:`_running`).
+        Other masks: a pass per row and pair, and the mask.
 
         Args:
             keep: the keep mask (B or 1, Lq or 1, Lk) (``Visible.raw``), or None when every
@@ -399,26 +456,26 @@ class NonFiniteRule(NamedTuple):
             return None  # every query attends to nothing: zeros
         causal = isinstance(keep, Visible) and keep.causal and queries.shape[1] == keys.shape[1]
         keep = keep.raw if isinstance(keep, Visible) and not causal else keep
-        with torch.no_grad():  # (zeros and NaN, no gradient; few operations, see _broken)
+        self_attention = keys is queries and values is queries
+        with torch.no_grad():  # (no gradient)
+            if keep is None or causal:  # every key of the example, or keys 0..i
+                pairs = _pairs(keys, values, _running if causal else lambda x: _total(x)[:, None])
+                if self_attention:  # (a row's own entries are among its pairs')
+                    return cls(pairs, causal)  # (B, 1 or Lk)
+                return cls(_wide(queries).sum(-1, dtype=torch.float64) + pairs, causal)  # (B, Lq)
             rows, pairs = _broken(queries, keys, values)  # (B, Lq), (B, Lk): 0 or NaN
-            if keep is None:  # every query may attend to every key of its example
-                return cls(rows + pairs.amax(-1, keepdim=True), None)  # amax: NaN if one is
             bad_kv = pairs != 0  # (B, Lk) bool (NaN != 0)
-            if causal:  # query i sees pairs 0..i: their running sum, NaN from the first broken
-                return cls(rows + pairs.cumsum(-1), bad_kv)
             bad_q = bad_kv if rows is pairs else rows != 0  # (B, Lq) bool
             # a query that attends to something broken, or that is broken and attends at all
             broken = (keep & (bad_q[:, :, None] | bad_kv[:, None, :])).any(-1)  # (B, Lq)
             nan_rows = torch.zeros(broken.shape, dtype=queries.dtype, device=queries.device)
-            return cls(nan_rows.masked_fill(broken, float("nan")), bad_kv)
+            return cls(nan_rows.masked_fill(broken, float("nan")), True)
 
     def spoil(self, x: Tensor, inplace: bool = False) -> Tensor:
-        """x + NaN on the broken rows: x (B, H, Lq, ...) with the rows of (B, Lq)."""
-        rows = self.nan_rows[:, None, :, None]  # (B, Lq) -> (B, 1, Lq, 1)
-        return x.add_(rows) if inplace else x + rows
+        """x + 0 * rows: NaN on the broken rows, x (B, H, Lq, ...) elsewhere."""
+        rows = self.rows[:, None, :, None]  # (B, Lq or 1) -> (B, 1, Lq or 1, 1)
+        return x.add_(rows, alpha=0) if inplace else torch.add(x, rows, alpha=0).to(x.dtype)
 
     def usable(self, x: Tensor) -> Tensor:
-        """Keys or values (B, Hkv, Lk, d) with the non-finite pairs zeroed."""
-        if self.broken_kv is None:
-            return x
-        return x.masked_fill(self.broken_kv[:, None, :, None], 0.0)  # (B, Lk) -> (B, 1, Lk, 1)
+        """Keys or values (B, Hkv, Lk, d) with their NaN and inf entries zeroed (with a mask)."""
+        return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0) if self.zero_kv else x

@@ -24,8 +24,8 @@ between them are in :mod:`mha_lib.mask_conventions`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -99,7 +99,7 @@ class Visible:
             reads), or None; made only when asked for (one mask of the scores' size, not two).
     """
 
-    keep: Tensor | None
+    _keep: Tensor | None
     empty: Tensor | None
     score_mod: ScoreMod | None = None
     sinks: Tensor | None = None
@@ -107,6 +107,17 @@ class Visible:
     k_positions: Tensor | None = None
     heads: int = 1
     causal: bool = False
+    _build: Callable[[], Tensor] | None = field(default=None, repr=False)
+
+    @property
+    def keep(self) -> Tensor | None:
+        """The keep mask (see the attributes). A causal one is built when first asked for:
+        the fused kernel takes ``is_causal`` and never asks."""
+        if self._build is None:
+            return self._keep
+        if "_built" not in self.__dict__:  # (once: frozen, so set past __setattr__)
+            object.__setattr__(self, "_built", self._build())
+        return self.__dict__["_built"]
 
     @property
     def raw(self) -> Tensor | None:
@@ -120,7 +131,7 @@ class Visible:
         return self.score_mod is None and self.sinks is None
 
     def _masks(self, change) -> "Visible":
-        return replace(self, keep=change(self.keep) if self.keep is not None else None,
+        return replace(self, _keep=change(self.keep) if self.keep is not None else None, _build=None,
                        empty=change(self.empty) if self.empty is not None else None)
 
     def with_heads(self) -> "Visible":
@@ -176,9 +187,9 @@ class Visible:
             returns: k, v (B, Hkv, Lk or Lk + 1, d), the mask, broadcastable to
                 (B, H, Lq, Lk or Lk + 1), and is_causal
         """
-        keep = self.with_heads().keep  # (B or 1, 1, Lq or 1, Lk)
         if self.plain:
-            return (k, v, None, True) if self.causal else (k, v, keep, False)
+            return (k, v, None, True) if self.causal else (k, v, self.with_heads().keep, False)
+        keep = self.with_heads().keep  # (B or 1, 1, Lq or 1, Lk)
         if self.score_mod is not None and not self.score_mod.additive:
             return None
         B, H, Lq, _ = q.shape
@@ -240,9 +251,12 @@ def visible(
     if isinstance(q_positions, int) and isinstance(k_positions, int):
         if shortcut and mask.sees_everything(k_positions):  # e.g. valid lengths that are all Lk
             return Visible(None, None, **scored)
-        raw = mask.dense(batch_size, q_positions, k_positions, q_offset, device=device, expand=False)
+        def dense() -> Tensor:  # (B or 1, Lq or 1, Lk)
+            return mask.dense(batch_size, q_positions, k_positions, q_offset, device=device, expand=False)
+
         if mask._is_causal() and q_offset == 0 and k_positions > 0:  # (no row sees nothing)
-            return Visible(raw, None, causal=True, **scored)
+            return Visible(None, None, causal=True, _build=dense, **scored)  # (built if asked for)
+        raw = dense()
     else:
         raw = mask.keep(q_positions, k_positions, batch_size=batch_size)
     empty = ~raw.any(-1, keepdim=True)  # (B or 1, Lq or 1, 1)

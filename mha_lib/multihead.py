@@ -136,7 +136,7 @@ class AttentionLayer(AttentionOptions):
                 seen = self._visible(mask, queries, keys, positions)
             nonfinite = None if finite else lambda: NonFiniteRule.of(queries, keys, values, seen)
             out, weights = attend_heads(q, k, v, seen, self.attention, need_weights=need_weights,
-                                        gates=gates, nonfinite=nonfinite)  # out: (B, H, Lq, d)
+                                        gates=gates, nonfinite=nonfinite, fresh_q=True)  # out: (B, H, Lq, d)
         if self.gate is not None:  # gated attention: each head's output times a sigmoid gate
             out = gate_heads(out, self.gate(queries))  # (B, H, Lq, d)
         output = self.W_o(merge_heads(out))  # (B, H, Lq, d) -> (B, Lq, D)
