@@ -140,7 +140,14 @@ def test_every_consumer_carries_the_pattern_or_refuses_it(patterned, tokenizer, 
     # an all-global pattern is today's model: exported as such
     plain = _patterned(small_config, (LayerKind(),) * 2)
     assert export(plain, tokenizer)["config"]["num_layers"] == 2
-    # carried: the sinks' measurements read each layer's mask and cache
+    # carried: the measurements read each layer's mask through forward (evaluate, find_heads,
+    # ablate, the sinks), the sinks' decoding each layer's cache
+    from mha_lib.lm_eval import evaluate
+    from mha_lib.lm_heads import ablate, find_heads
+    assert all(torch.isfinite(torch.tensor(v)) for v in evaluate(patterned, stories).values())
+    heads = find_heads(patterned, stories)
+    losses = [pair for r in ablate(patterned, stories, heads).values() for pair in r.values()]  # (before, after)
+    assert heads and torch.isfinite(torch.tensor(losses)).all()
     mass = sink_mass(patterned, stories)
     assert mass["first"].shape == (3, 4) and torch.isfinite(mass["first"]).all()
     losses, nbytes = streaming_losses(patterned, stories, length=20)
