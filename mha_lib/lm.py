@@ -19,6 +19,11 @@ from this description and :func:`mha_lib.lm_export.export`):
        x = x + W_2 relu(W_1 LayerNorm2(x) + b_1) + b_2
 
    A padded batch (``valid_lens``) lets query i of example b see keys ``0 .. min(i, len_b - 1)``.
+   With ``Config.pattern`` (one :class:`mha_lib.patterns.LayerKind` per layer, as Gemma 3 and
+   Llama 4 have) layer n's query i sees only the keys its kind shows (a window: the last
+   ``size``, ``i - size < j <= i``; a chunk: those of its chunk, ``j // size == i // size``;
+   global: all of ``0 .. i``), the padding hidden as above, and rotates q and k with its own
+   RoPE base or not at all (NoPE); its KV cache keeps only those keys (:meth:`StoryLM.new_cache`).
 3. ``logits = LayerNorm(x) W_out^T + b_out``: (B, L, D) -> (B, L, V); position i scores the
    token at i + 1.
 
@@ -29,6 +34,10 @@ Linear weights are stored PyTorch's way, (out_features, in_features). Dropout is
   shipped weights bit for bit from the seed, on one thread)
 * :meth:`StoryLM.generate`: greedy, temperature and top-k decoding of a batch of prompts of
   any lengths, with the KV cache (:class:`mha_lib.decoding.KVCache`) or without it
+* :meth:`StoryLM.new_cache`, :meth:`StoryLM.cache_bytes`: the cache of a model with a
+  ``Config.pattern`` keeps per layer only what the layer reads, and what it holds in bytes
+* :func:`check_plain_layers`: what runs every layer global (the page's export, GPT-NeoX)
+  refuses a pattern by name
 * :func:`tokens_per_second`: decoding speed with and without the cache
 * measuring it on held-out stories (the loss, the accuracy at the linked positions) is
   :mod:`mha_lib.lm_eval`'s; the model as JSON-able data for the in-page forward pass,
@@ -65,6 +74,7 @@ from mha_lib.block import TransformerBlock
 from mha_lib.checkpoints import load_checkpoint
 from mha_lib.decoding import KVCache
 from mha_lib.lm_eval import check_story_model, encode_stories, evaluate, held_out_stories
+from mha_lib.patterns import LayerKind, cache_bytes, check_pattern, pattern_cache
 from mha_lib.stories import Story, Tokenizer, sample_stories
 from mha_lib.timing import time_paired
 from mha_lib.training import (
@@ -83,6 +93,7 @@ __all__ = [
     "PRETRAINED_PATH",
     "StoryLM",
     "check_model",
+    "check_plain_layers",
     "load_pretrained",
     "main",
     "save",
@@ -127,6 +138,7 @@ class Config:
     eval_every: int = 100
     eval_stories: int = 256
     num_threads: int = 1  # the model is tiny: extra threads mostly wait for each other
+    pattern: tuple[LayerKind, ...] | None = None  # one kind per layer (None: all global, RoPE base 10000)
 
     def __post_init__(self) -> None:
         """Raise a ValueError naming the first field that is out of range (never clamp)."""
@@ -142,6 +154,32 @@ class Config:
             raise ValueError(f"config needs an even head size d_model / num_heads for RoPE, got {self.d_model // self.num_heads}")
         if self.steps >= _STEPS_PER_SEED:
             raise ValueError(f"config.steps must be < {_STEPS_PER_SEED} (the seeds of the batches), got {self.steps}")
+        if self.pattern is not None:
+            object.__setattr__(self, "pattern", check_pattern(_kinds_from_plain(self.pattern), self.num_layers,
+                                                              "config.pattern"))
+
+    @property
+    def kinds(self) -> tuple[LayerKind, ...]:
+        """Each layer's :class:`~mha_lib.patterns.LayerKind`: the ``pattern``, or every layer
+        global with RoPE at base 10000 (``LayerKind()``)."""
+        return (LayerKind(),) * self.num_layers if self.pattern is None else self.pattern
+
+
+def _kinds_from_plain(pattern: object) -> object:
+    """A checkpoint stores the pattern as plain data (``dataclasses.asdict``: a dict per layer):
+    its LayerKinds again; anything else as it is (for :func:`~mha_lib.patterns.check_pattern`)."""
+    if isinstance(pattern, (list, tuple)):
+        kinds = []
+        for i, kind in enumerate(pattern):
+            if isinstance(kind, dict):
+                try:
+                    kind = LayerKind(**kind)
+                except TypeError as err:
+                    raise ValueError(f"config.pattern[{i}] must be a LayerKind or its fields mask, size, "
+                                     f"rope_base, got {kind!r}: {err}") from None
+            kinds.append(kind)
+        return kinds
+    return pattern
 
 
 class StoryLM(nn.Module):
@@ -166,11 +204,25 @@ class StoryLM(nn.Module):
         self.token_embedding = nn.Embedding(config.vocab_size, D)
         self.blocks = nn.ModuleList(
             TransformerBlock(D, config.num_heads, config.d_ff, 0.0, norm_first=True,
-                             num_kv_heads=config.num_kv_heads, rope=True)
-            for _ in range(config.num_layers)
+                             num_kv_heads=config.num_kv_heads, rope=kind.rope)
+            for kind in config.kinds
         )
         self.norm = nn.LayerNorm(D)
         self.unembedding = nn.Linear(D, config.vocab_size)
+
+    def new_cache(self) -> KVCache:
+        """An empty cache for :meth:`forward`: layer n keeps only what its kind reads (a window
+        layer the last ``size - 1`` keys, a chunk layer those of the current chunk:
+        :func:`mha_lib.patterns.pattern_cache`); without a pattern, every key of every layer."""
+        return pattern_cache(self.config.kinds)
+
+    def cache_bytes(self, length: int, B: int = 1) -> list[int]:
+        """Bytes each layer's cache (:meth:`new_cache`) holds once ``length`` positions of ``B``
+        sequences are decoded: keys and values, ``2 B Hkv kept d`` numbers of the model's dtype
+        (:func:`mha_lib.patterns.cache_bytes`), one entry per layer."""
+        cfg = self.config
+        return cache_bytes(cfg.kinds, length, B=B, num_kv_heads=cfg.num_kv_heads,
+                           head_size=cfg.d_model // cfg.num_heads, dtype=self.unembedding.weight.dtype)
 
     def forward(
         self, ids: Tensor, valid_lens: Tensor | Sequence[int] | None = None, *,
@@ -182,10 +234,10 @@ class StoryLM(nn.Module):
         Args:
             ids, valid_lens, head_mask: see the shapes.
             need_weights: also return every head's attention weights.
-            cache: a :class:`~mha_lib.decoding.KVCache` of N layers: ``ids`` are new positions
-                that attend to the cached ones (used by :meth:`generate`).
+            cache: a :class:`~mha_lib.decoding.KVCache` of N layers (:meth:`new_cache`): ``ids``
+                are new positions that attend to the cached ones (used by :meth:`generate`).
             positions: with a cache, the (B, L) positions of the new tokens (default: right
-                after the cached ones).
+                after the cached ones; a window or chunk layer's cache only appends).
 
         Returns:
             logits (B, L, V), or ``(logits, weights)``.
@@ -206,21 +258,31 @@ class StoryLM(nn.Module):
                 raise ValueError(f"head_mask must have shape (N, H) = ({cfg.num_layers}, {cfg.num_heads}) and real "
                                  f"gates in [0, 1], got {gates.dtype} of shape {tuple(gates.shape)}: {gates.tolist()!s:.60}")
             gates = gates.to(self.unembedding.weight.dtype)
+        valid = None
         if cache is None:
             lens = torch.arange(1, L + 1, device=ids.device).expand(B, L)  # (B, L): causal, query i sees keys 0..i
             if valid_lens is not None:
-                valid = _check_lens(valid_lens, B, L)
-                lens = torch.minimum(lens, valid.to(ids.device)[:, None])  # (B, L): and no padded key
+                valid = _check_lens(valid_lens, B, L).to(ids.device)  # (B,)
+                lens = torch.minimum(lens, valid[:, None])  # (B, L): and no padded key
         elif valid_lens is not None:
             raise ValueError("valid_lens cannot be combined with cache: give the positions instead")
         else:
             if not isinstance(cache, KVCache) or len(cache.layers) != cfg.num_layers:
                 raise ValueError(f"cache must be a KVCache of num_layers = {cfg.num_layers} layers, got {cache!r}")
+            if need_weights and len({(type(c), getattr(c, "window", None)) for c in cache.layers}) > 1:
+                raise ValueError("need_weights cannot be combined with a cache whose layers keep different keys "
+                                 "(config.pattern's windows and chunks: each layer's weights have their own "
+                                 "width); run the whole sequence without the cache instead")
             lens = None
         x = self.token_embedding(ids)  # (B, L) -> (B, L, D)
         weights = []
-        for n, block in enumerate(self.blocks):
-            x = block(x, lens, head_mask=None if gates is None else gates[n],
+        for n, (block, kind) in enumerate(zip(self.blocks, cfg.kinds)):
+            # a global layer: causal and padding as (B, L) lengths; a window or chunk layer: its
+            # mask (causal too) and the padding as (B,) lengths; with a cache, the mask alone
+            local = kind.mask != "global"
+            x = block(x, valid if local and cache is None else lens,
+                      mask=kind.attention_mask if local else None,
+                      head_mask=None if gates is None else gates[n],
                       cache=None if cache is None else cache[n], positions=positions,
                       need_weights=need_weights)
             if need_weights:
@@ -259,7 +321,10 @@ class StoryLM(nn.Module):
         (``len(prompt) + t``): its keys and values overwrite the prompt's padding, and the
         causal rule hides the slots not written yet. Without the cache, every step runs the
         whole padded sequences again with their valid lengths. Greedy decoding gives the same
-        tokens either way, and the same as decoding each prompt alone.
+        tokens either way, and the same as decoding each prompt alone. A model with a
+        ``config.pattern`` decodes with :meth:`new_cache`, whose window and chunk layers only
+        append: the prompts of each length share one such cache (no padding to overwrite),
+        and every step still samples the whole batch at once.
 
         Args:
             prompts: lists of token ids (each non-empty, any lengths).
@@ -293,8 +358,16 @@ class StoryLM(nn.Module):
         rows = torch.arange(B, device=device)
         with eval_mode(self):
             cache = KVCache(self.config.num_layers) if use_cache else None
+            grouped = use_cache and self.config.pattern is not None
+            if grouped:  # prompt length -> (its rows (b,), their cache)
+                groups = {n: (torch.nonzero(lens == n)[:, 0], self.new_cache()) for n in sorted(set(lens.tolist()))}
             for t in range(steps):
-                if t == 0 or not use_cache:
+                if grouped:  # each length's rows: the prompts (b, n), then their last token (b, 1)
+                    logits = torch.cat([self(ids[r, :n] if t == 0 else new[-1][r, None], cache=c,
+                                             head_mask=head_mask)[:, -1] for n, (r, c) in groups.items()])
+                    order = torch.cat([r for r, _ in groups.values()])  # (B,): the row of each logit
+                    logits = logits[torch.argsort(order)]  # (B, V), in the prompts' order
+                elif t == 0 or not use_cache:
                     logits = (self(ids, cache=cache, head_mask=head_mask) if use_cache
                               else self(ids, lens + t, head_mask=head_mask))
                     logits = logits[rows, lens + t - 1]  # (B, V): each row's last real position
@@ -356,6 +429,17 @@ def check_model(model: object, *, interface: bool = False) -> StoryLM:
     num_heads, vocab_size, as chapter 12b's) that reads the stories' vocabulary, else a ValueError
     (:func:`mha_lib.lm_eval.check_story_model`)."""
     return check_story_model(model, nn.Module if interface else StoryLM)
+
+
+def check_plain_layers(model: StoryLM, consumer: str) -> StoryLM:
+    """``model`` if every layer is global with RoPE at base 10000 (``config.pattern`` None or
+    all ``LayerKind()``), else a ValueError naming ``config.pattern`` and ``consumer``, which
+    runs every layer that way (no windows, chunks, other bases or NoPE)."""
+    pattern = model.config.pattern
+    if pattern is not None and any(kind != LayerKind() for kind in pattern):
+        raise ValueError(f"model.config.pattern must be None (every layer global, RoPE base 10000) for {consumer}, "
+                         f"got {pattern}")
+    return model
 
 
 def tokens_per_second(model: StoryLM, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,

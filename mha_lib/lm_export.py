@@ -13,7 +13,7 @@ import base64
 import numpy as np
 import torch
 
-from mha_lib.lm import Config, StoryLM
+from mha_lib.lm import Config, StoryLM, check_plain_layers
 from mha_lib.stories import GENDER, Tokenizer
 
 __all__ = ["export"]
@@ -33,9 +33,15 @@ def export(model: StoryLM, tokenizer: Tokenizer) -> dict:
         text, straight quotes for curly ones; a match ending in ``'s`` splits off ``'s``) and
         ``names`` (tokens written with a capital); ``weights`` maps every ``state_dict`` name
         to ``{"shape": [...], "data": base64 of little-endian float32, row-major}``.
+
+    Raises:
+        ValueError: not a StoryLM, a tokenizer of another vocabulary, or a model with a
+            ``config.pattern`` of windows, chunks, other RoPE bases or NoPE (the page runs
+            every layer global with RoPE at base 10000).
     """
     if not isinstance(model, StoryLM):
         raise ValueError(f"model must be a StoryLM, got {type(model).__name__}")
+    check_plain_layers(model, "export (the page's forward pass, _static/mha-lm.js)")
     if not isinstance(tokenizer, Tokenizer) or tokenizer.vocab_size != model.config.vocab_size:
         raise ValueError(f"tokenizer must be a Tokenizer of vocab_size {model.config.vocab_size}, got {tokenizer!r}")
     cfg = model.config

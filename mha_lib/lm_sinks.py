@@ -89,7 +89,9 @@ def streaming_losses(
         model: the story model.
         stories: stories of at least ``length`` tokens (decoded as one batch).
         length: the tokens decoded.
-        window: None, the full cache; else a rolling cache of the last ``window`` positions.
+        window: None, the model's own cache (:meth:`~mha_lib.lm.StoryLM.new_cache`: every
+            key, or of a ``config.pattern`` only what each layer reads); else a rolling cache
+            of the last ``window`` positions in every layer.
         num_sinks: with ``window``, the first positions kept as well (StreamingLLM).
 
     Returns:
@@ -104,7 +106,7 @@ def streaming_losses(
         raise ValueError(f"length must be in [2, {int(lens.min())}] (the shortest story's tokens), "
                          f"got {length}")
     ids = ids[:, :length]  # (B, L) -> (B, length)
-    cache = KVCache(model.config.num_layers) if window is None else KVCache(
+    cache = model.new_cache() if window is None else KVCache(
         model.config.num_layers, window=window, num_sinks=num_sinks)
     with eval_mode(model), torch.no_grad():
         logits = torch.cat([model(ids[:, t:t + 1], cache=cache) for t in range(length)], 1)  # (B, length, V)

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from mha_lib.lm import StoryLM
+from mha_lib.lm import StoryLM, check_plain_layers
 from mha_lib.positions import rope_permutation
 from mha_lib.stories import Tokenizer
 
@@ -54,10 +54,12 @@ def to_transformers(model: StoryLM) -> StoryGPTNeoXForCausalLM:
     tokens of ``model.generate([prompt], n)`` (greedy).
 
     Raises:
-        ValueError: ``model`` not a :class:`mha_lib.lm.StoryLM`.
+        ValueError: ``model`` not a :class:`mha_lib.lm.StoryLM`, or one with a
+            ``config.pattern`` (GPT-NeoX has no per-layer windows, chunks, RoPE bases or NoPE).
     """
     if not isinstance(model, StoryLM):
         raise ValueError(f"model must be an mha_lib.lm.StoryLM, got {type(model).__name__}")
+    check_plain_layers(model, "to_transformers (GPT-NeoX: every layer global, one RoPE base)")
     cfg = model.config
     D, H, Hkv = cfg.d_model, cfg.num_heads, cfg.num_kv_heads
     d, g = D // H, H // Hkv
