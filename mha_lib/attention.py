@@ -150,7 +150,10 @@ _ZEROS: dict[torch.device, Tensor] = {torch.device("cpu"): torch.zeros((), dtype
 
 
 def _zero(device: torch.device) -> Tensor:
-    """A float64 zero on ``device``, made once (a constant, not an allocation per call)."""
+    """A float64 zero on ``device``, made once (a constant, not an allocation per call; a
+    graph being compiled makes its own)."""
+    if torch.compiler.is_compiling():
+        return torch.zeros((), dtype=torch.float64, device=device)
     if device not in _ZEROS:
         _ZEROS[device] = torch.zeros((), dtype=torch.float64, device=device)
     return _ZEROS[device]
