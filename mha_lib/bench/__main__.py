@@ -2,7 +2,7 @@
 
 ``cost`` (the default, chapter 6) prints the table of paired time ratios of our two paths to
 the fused-kernel limit and to ``nn.MultiheadAttention``, the guards' share of a fast-path
-forward, and the peak memory of both paths;
+forward and the operations they add to one, and the peak memory of both paths;
 ``modern`` prints the tables of chapters 9-11 (KV cache, grouped-query attention, tiling);
 ``masks`` where masks save work; ``flex`` the FlexAttention route against SDPA and tiled
 attention; ``gpu`` the layer and windowed attention on a GPU.
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from mha_lib._checks import check_positive_int, check_positive_number
-from mha_lib.bench import cost, flex, gpu, masks, modern
+from mha_lib.bench import cost, flex, gpu, masks, modern, ops
 from mha_lib.bench.cost import Sizes
 from mha_lib.timing import loglog_slope
 
@@ -34,7 +34,8 @@ _DEFAULTS = {"cost": (9, 0.2), "modern": (5, 0.1), "masks": (3, 0.05), "flex": (
 _COMMANDS = {
     "cost": "chapter 6 (the default): time ratios of MultiHeadAttention's fast path to the "
     "fused-kernel limit and to nn.MultiheadAttention, of its weights path to nn.MultiheadAttention "
-    "with weights; the guards' share of a fast-path forward; peak memory of both paths",
+    "with weights; the guards' share of a fast-path forward and the operations they add to one; "
+    "peak memory of both paths",
     "modern": "chapters 9-11: decoding with and without a KV cache, KV cache memory with "
     "grouped-query attention, peak memory and speed of tiled (online-softmax) attention",
     "masks": "where masks save work: tiled attention that skips hidden tiles (sliding window "
@@ -194,6 +195,9 @@ def _run_cost(args: argparse.Namespace, repeats: int, min_time: float) -> None:
     _clear_progress()
     print()
     print(cost.format_guard_table(grows), flush=True)
+    print()
+    print("Compute operations of one self-attention forward, (B, L, D, H) = (2, 6, 16, 2):")
+    print(ops.format_guard_op_table(ops.guard_op_table(B=2, L=6, D=16, H=2)), flush=True)
     if lengths:
         _progress("memory ...")
         mrows = cost.memory_table(lengths, **mem)

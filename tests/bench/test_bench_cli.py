@@ -26,6 +26,7 @@ def test_cost_is_the_default_command_and_prints_both_tables(capsys):
     out = capsys.readouterr().out
     assert out.startswith("torch ") and "median [min-max] of 1 paired time ratios" in out
     assert "(1, 2, 3, 4, 2)" in out and "Peak memory" in out
+    assert "without guards  device policy  CPU policy" in out  # the operations per forward
     # the ratios of the fast path to the fused-kernel limit and to nn.MultiheadAttention,
     # and of the weights path, with their targets
     for column in ("fast/limit <= 1.10", "fast/torch <= 0.60", "weights/torch_weights <= 1.00",

@@ -6,56 +6,21 @@ On a GPU every operation is a kernel launch, and the guards (the overflow fit of
 policy": no host read, ``mha_lib.attend._read_first`` is False). On the CPU a forward first
 reads whether they would change anything (the "CPU policy") and skips them when not.
 
-The count runs on the CPU: :class:`CountOps`, a ``TorchDispatchMode``, sees every ATen
-operation a forward dispatches. The device policy is selected as ``tests/core/
-test_host_reads.py`` selects it (``_read_first`` patched to False: what it answers for a CUDA
-tensor, or one on ``test_device_guard.py``'s other device).
-
-Counted: every operation that computes, allocates or reads (``mm``, ``abs``, ``amax``,
-``where``, ``arange``, ``_to_copy``, ``_local_scalar_dense``, ...). Not counted, the operations
-of :data:`VIEWS`: they only make another view of the same memory (new sizes, strides or
-offset: no kernel runs on a GPU, no element is read), or they are bookkeeping that touches no
-data (``detach``, ``alias``). Nothing else is excluded.
+The count runs on the CPU with the library's counter, :func:`mha_lib.bench.ops.count_ops`
+(a ``TorchDispatchMode`` that sees every ATen operation a forward dispatches; the operations
+of its ``VIEWS`` are not counted: its module docstring says which and why). It selects
+the device policy as ``tests/core/test_host_reads.py`` does (``_read_first`` answering False:
+what it answers for a CUDA tensor, or one on ``test_device_guard.py``'s other device).
 """
 
 from __future__ import annotations
 
-from unittest import mock
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from mha_lib import MultiHeadAttention, attend
+from mha_lib import MultiHeadAttention
+from mha_lib.bench.ops import count_ops, format_guard_op_table, guard_op_table
 from mha_lib.masks import causal, padding
-
-aten = torch.ops.aten
-
-#: Views and metadata-only operations: not counted (see the module docstring).
-VIEWS = frozenset({
-    aten.view.default, aten._unsafe_view.default, aten.reshape.default,
-    aten.transpose.int, aten.permute.default, aten.t.default, aten.expand.default,
-    aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.default,
-    aten.slice.Tensor, aten.select.int, aten.as_strided.default,
-    aten.detach.default, aten.alias.default,
-})
-
-
-class CountOps(TorchDispatchMode):
-    """Record every ATen operation dispatched while active (``ops``; ``compute``: less VIEWS)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(func)
-        return func(*args, **(kwargs or {}))
-
-    @property
-    def compute(self) -> list[str]:
-        return [str(op) for op in self.ops if op not in VIEWS]
-
 
 B, L, D, H = 2, 6, 16, 2
 CASES = {
@@ -79,25 +44,49 @@ BOUNDS = {
 UNGUARDED = 5
 
 
-def count(policy: str, case: str, same_tensor: bool = True) -> CountOps:
-    """The operations of one forward (no_grad, eval) under ``policy``."""
+def count(policy: str, case: str, same_tensor: bool = True) -> list[str]:
+    """The compute operations of one forward (no_grad, eval) under ``policy``."""
     torch.manual_seed(0)
     mha = MultiHeadAttention(D, D, D, D, H, 0.0).eval()
     x = torch.randn(B, L, D)
     q, k, v = (x, x, x) if same_tensor else (x, x.clone(), x.clone())
     kwargs = CASES[case]()
-    read_first = (lambda q: False) if policy == "device" else attend._read_first
-    with mock.patch.object(attend, "_read_first", read_first), torch.no_grad():
-        with CountOps() as ops:
-            mha(q, k, v, **kwargs)
-    return ops
+    return count_ops(lambda: mha(q, k, v, **kwargs), policy=policy)
 
 
 def test_the_counter_counts_compute_not_views():
     x = torch.randn(3, 4)
-    with CountOps() as ops:
-        x.reshape(12).view(3, 4).t()[1:].abs().amax()  # the copy of t().reshape would count
-    assert ops.compute == ["aten.abs.default", "aten.amax.default"]
+    ops = count_ops(lambda: x.reshape(12).view(3, 4).t()[1:].abs().amax())
+    assert ops == ["aten.abs.default", "aten.amax.default"]  # the copy of t().reshape would count
+
+
+def test_count_ops_refuses_a_bad_policy_or_fn():
+    for policy in ("gpu", "DEVICE", None, 0):
+        with pytest.raises(ValueError, match="policy"):
+            count_ops(lambda: None, policy=policy)
+    for fn in (None, 3, "x.abs()"):
+        with pytest.raises(ValueError, match="fn"):
+            count_ops(fn)
+    with pytest.raises(ValueError, match=r"policy must be one of \('device', 'cpu'\), got 'gpu'"):
+        count_ops(lambda: None, policy="gpu")
+
+
+def test_count_ops_restores_the_policy_and_runs_without_grad():
+    from mha_lib import attend
+
+    read_first = attend._read_first
+    x = torch.randn(3, requires_grad=True)
+    seen = []
+
+    def fn():
+        seen.append((attend._read_first(x), torch.is_grad_enabled()))
+        raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError, match="stop"):
+        count_ops(fn)
+    assert attend._read_first is read_first
+    count_ops(lambda: seen.append((attend._read_first(x), torch.is_grad_enabled())), policy="cpu")
+    assert seen == [(False, False), (True, False)]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -105,8 +94,8 @@ def test_the_counter_counts_compute_not_views():
 def test_guard_op_counts(policy, case, capsys):
     ops = count(policy, case)
     with capsys.disabled():
-        print(f"\n{policy:6} {case:8} {len(ops.compute):3} compute ops: {ops.compute}")
-    assert len(ops.compute) <= BOUNDS[policy, case], ops.compute
+        print(f"\n{policy:6} {case:8} {len(ops):3} compute ops: {ops}")
+    assert len(ops) <= BOUNDS[policy, case], ops
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -114,7 +103,7 @@ def test_distinct_keys_and_values_cost_at_most_a_few_ops_more(case):
     """Cross-attention (keys and values not the queries' tensor): a pass over each of them
     (x * 0 and a sum: 2 operations each), their sum, and with a mask their own NaN test."""
     same, distinct = count("device", case), count("device", case, same_tensor=False)
-    assert len(distinct.compute) <= len(same.compute) + 6, distinct.compute
+    assert len(distinct) <= len(same) + 6, distinct
 
 
 def test_where_the_device_operations_go():
@@ -136,22 +125,19 @@ def test_where_the_device_operations_go():
     q, k = torch.randn(B, H, L, D // H, generator=g), torch.randn(B, H, L, D // H, generator=g)
     v, x, out = k.clone(), torch.randn(B, L, D, generator=g), q.clone()
     seen = visible(causal(), B, L, L)
-    with torch.no_grad(), CountOps() as rule:
-        plain = NonFiniteRule.of(x, x, x, None)
-    with torch.no_grad(), CountOps() as running:
-        masked = NonFiniteRule.of(x, x, x, seen)
-    with torch.no_grad(), CountOps() as zeroing:
-        masked.usable(k), masked.usable(v)
-    with torch.no_grad(), CountOps() as fit:
-        fit_queries(q, k, finite_keys=True, in_place=True)
-    with torch.no_grad(), CountOps() as spoil:
-        plain.spoil(out, inplace=True)
-    assert len(rule.compute) == len(running.compute) == 1, (rule.compute, running.compute)
-    assert len(zeroing.compute) == 2 and plain.usable(k) is k
-    assert len(fit.compute) == 5, fit.compute
-    assert len(spoil.compute) == 1, spoil.compute
-    assert len(count("device", "no_mask").compute) == UNGUARDED + 1 + 5 + 1
-    assert len(count("device", "causal").compute) == UNGUARDED + 1 + 2 + 5 + 1
+    with torch.no_grad():
+        plain, masked = NonFiniteRule.of(x, x, x, None), NonFiniteRule.of(x, x, x, seen)
+    rule = count_ops(lambda: NonFiniteRule.of(x, x, x, None))
+    running = count_ops(lambda: NonFiniteRule.of(x, x, x, seen))
+    zeroing = count_ops(lambda: (masked.usable(k), masked.usable(v)))
+    fit = count_ops(lambda: fit_queries(q, k, finite_keys=True, in_place=True))
+    spoil = count_ops(lambda: plain.spoil(out, inplace=True))
+    assert len(rule) == len(running) == 1, (rule, running)
+    assert len(zeroing) == 2 and plain.usable(k) is k
+    assert len(fit) == 5, fit
+    assert len(spoil) == 1, spoil
+    assert len(count("device", "no_mask")) == UNGUARDED + 1 + 5 + 1
+    assert len(count("device", "causal")) == UNGUARDED + 1 + 2 + 5 + 1
 
 
 @pytest.mark.parametrize("L", [5, 64])
@@ -285,3 +271,18 @@ def test_the_rule_gives_the_rows_of_before(seed, mask, inputs):
         used = rule.usable(k)
         assert torch.isfinite(used).all()
         assert torch.equal(used[~broken_kv], k[~broken_kv])
+
+
+def test_chapter_6s_table_counts_what_the_tests_count():
+    """``mha_lib.bench.ops.guard_op_table`` (chapter 6, ``python -m mha_lib.bench cost``):
+    the limit is the forward without guards, the layer's rows are this file's counts."""
+    rows = guard_op_table(B=B, L=L, D=D, H=H)
+    assert [r["mask"] for r in rows] == ["none", "causal"]
+    for row, case in zip(rows, ("no_mask", "causal"), strict=True):
+        assert row["limit"] == UNGUARDED
+        assert row["device"] == len(count("device", case)) <= BOUNDS["device", case]
+        assert row["cpu"] == len(count("cpu", case)) <= BOUNDS["cpu", case]
+    text = format_guard_op_table(rows)
+    assert "without guards" in text and "mask: causal" in text
+    with pytest.raises(ValueError, match="D"):
+        guard_op_table(D=15, H=2)
