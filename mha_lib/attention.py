@@ -103,10 +103,11 @@ def fit_queries(queries: Tensor, keys: Tensor, *, finite_keys: bool = False,
     float32 could resolve).
 
     Five operations on the device, without reading a value (no host synchronisation): M, one
-    reduction over the keys; the terms ``|q_i| M_i d / 2**100``, in float64, where no product
-    of two float32 overflows; their largest; the divisor, at least 1; the division. (float64
-    inputs are fitted while each ``|q_i| M_i`` stays below 2**2014.) A row with a NaN or inf
-    gets a NaN or inf bound and stays broken: the rule of its layer makes it NaN.
+    reduction over the keys; the terms ``|q_i| M_i d / 2**100``, in float64, where no product of
+    two float32 overflows (M itself cannot); their largest; the divisor, at least 1; the
+    division. (float64 inputs are fitted while each ``|q_i| M_i`` stays below 2**2014.) A row
+    with a NaN or inf gets a NaN or inf bound and stays broken: the rule of its layer makes it
+    NaN.
 
     Shapes:
         queries: (..., Lq, d); keys: (..., Lk, d) with leading axes that broadcast to the
@@ -130,12 +131,13 @@ def fit_queries(queries: Tensor, keys: Tensor, *, finite_keys: bool = False,
         q, k = queries.detach(), keys.detach()
         if not finite_keys:  # NaN and inf keys: left to the rule of their layer
             k = torch.nan_to_num(k, nan=0.0, posinf=0.0, neginf=0.0)
-        largest = torch.linalg.vector_norm(k, math.inf, dim=-2, keepdim=True, dtype=torch.float64)  # M: (..., 1, d)
+        largest = torch.linalg.vector_norm(k, math.inf, dim=-2, keepdim=True)  # M: (..., 1, d)
         grouped = q.dim() == 4 and largest.shape[1] not in (1, q.shape[1])
         if grouped:  # query head h meets key head h // g
             q = q.unflatten(1, (largest.shape[1], -1))  # (B, H, Lq, d) -> (B, Hkv, g, Lq, d)
             largest = largest[:, :, None]  # (B, Hkv, 1, d) -> (B, Hkv, 1, 1, d)
-        # q_i M_i d / 2**limit (the norm takes |.|), float64: 0 + value * q * M in one pass
+        # q_i M_i d / 2**limit (the norm takes |.|): 0 + value * q * M in one pass, in float64
+        # (the zero's dtype: a tensor of one entry takes part in the type promotion)
         terms = torch.addcmul(_zero(q.device), q, largest, value=q.shape[-1] * 2.0**-limit)
         bound = torch.linalg.vector_norm(terms, math.inf, dim=-1, keepdim=True)  # (..., Lq, 1)
         divisor = bound.clamp(min=1.0)  # 1 below the limit: the same bits
@@ -146,16 +148,16 @@ def fit_queries(queries: Tensor, keys: Tensor, *, finite_keys: bool = False,
     return (queries / divisor).to(queries.dtype)
 
 
-_ZEROS: dict[torch.device, Tensor] = {torch.device("cpu"): torch.zeros((), dtype=torch.float64)}
+_ZEROS: dict[torch.device, Tensor] = {torch.device("cpu"): torch.zeros(1, dtype=torch.float64)}
 
 
 def _zero(device: torch.device) -> Tensor:
-    """A float64 zero on ``device``, made once (a constant, not an allocation per call; a
-    graph being compiled makes its own)."""
+    """A float64 zero (shape (1,)) on ``device``, made once (a constant, not an allocation per
+    call; a graph being compiled makes its own)."""
     if torch.compiler.is_compiling():
-        return torch.zeros((), dtype=torch.float64, device=device)
+        return torch.zeros(1, dtype=torch.float64, device=device)
     if device not in _ZEROS:
-        _ZEROS[device] = torch.zeros((), dtype=torch.float64, device=device)
+        _ZEROS[device] = torch.zeros(1, dtype=torch.float64, device=device)
     return _ZEROS[device]
 
 
@@ -175,11 +177,18 @@ def guards_change_nothing(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     if 0 in (q.numel(), k.numel()):
         return torch.ones((), dtype=torch.bool, device=q.device)  # no score at all
     with torch.no_grad():  # min and max of each (NaN and inf pass through; aminmax: one pass)
-        extremes = torch.stack([m for x in (q, k, v) for m in torch.aminmax(x)]).float()
+        extremes = torch.stack([m for x in (q, k, v) for m in torch.aminmax(_in_memory_order(x))]).float()
         largest = extremes.abs().view(3, 2).amax(-1)  # max |x| of q, k and v
     limit = 2.0 ** (int(math.log2(torch.finfo(_score_dtype(q.dtype)).max)) - _HEADROOM)
     # the bound, + 0 for finite values (NaN for others: then False, as for a bound too large)
     return largest[0] * largest[1] * q.shape[-1] + largest[2] * 0 <= limit
+
+
+def _in_memory_order(x: Tensor) -> Tensor:
+    """x with its axes in the order of its memory (a view; contiguous for a head split, which
+    transposes a contiguous projection): a reduction over every entry then reads the memory in
+    one sweep, where ``aminmax`` would first copy a transposed tensor."""
+    return x.permute(sorted(range(x.dim()), key=lambda i: -x.stride(i)))
 
 
 @quiet_when_traced
