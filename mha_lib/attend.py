@@ -102,7 +102,7 @@ def attend_heads(
             k, v = nonfinite.usable(k), nonfinite.usable(v)
         # query rows whose scores could overflow: divided down (see there)
         q = fit_queries(q, k, finite_keys=nonfinite is not None,
-                        in_place=fresh_q and not (q.requires_grad and torch.is_grad_enabled() or tracing()))
+                        in_place=fresh_q)
     fast = None if need_weights else _attend_fused(q, k, v, seen, attention, nonfinite)
     out, weights = fast if fast is not None else _attend_folded(q, k, v, seen, attention, nonfinite)
     weights = weights if need_weights else None

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from mha_lib._checks import check_bool, check_probability, check_tensor, quiet_when_traced
+from mha_lib._checks import check_bool, check_probability, check_tensor, quiet_when_traced, tracing
 from mha_lib.masking import (
     CheckedLens,
     Visible,
@@ -119,8 +119,8 @@ def fit_queries(queries: Tensor, keys: Tensor, *, finite_keys: bool = False,
         finite_keys: the keys are finite, or every row that may meet a NaN or inf key is made
             NaN by the rule of its layer (:class:`NonFiniteRule`): M is taken over the keys as
             they are. Otherwise (False) NaN and inf keys are left out of M (one operation more).
-        in_place: divide ``queries`` in place: a tensor the caller owns (a projection), outside
-            autograd (one operation less: no copy back to the queries' dtype).
+        in_place: ``queries`` is the caller's own new tensor (a projection): outside autograd
+            and tracing it is divided in place (one operation less, and no float64 copy of it).
     """
     _check_operands(queries=queries, keys=keys)
     _check_leading_axes(queries, keys)
@@ -143,7 +143,7 @@ def fit_queries(queries: Tensor, keys: Tensor, *, finite_keys: bool = False,
         divisor = bound.clamp(min=1.0)  # 1 below the limit: the same bits
         if grouped:
             divisor = divisor.flatten(1, 2)  # (B, Hkv, g, Lq, 1) -> (B, H, Lq, 1)
-    if in_place:
+    if in_place and not (queries.requires_grad and torch.is_grad_enabled() or tracing()):
         return queries.div_(divisor)  # (float64 divisor: computed wide, written in the queries' dtype)
     return (queries / divisor).to(queries.dtype)
 
@@ -237,7 +237,7 @@ def score_operands(queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
     _check_operands(queries=queries, keys=keys)
     dtype = _score_dtype(queries.dtype)
     queries, keys = queries.to(dtype), keys.to(dtype)
-    return fit_queries(queries / math.sqrt(queries.shape[-1]), keys), keys
+    return fit_queries(queries / math.sqrt(queries.shape[-1]), keys, in_place=True), keys
 
 
 class DotProductAttention(nn.Module):
